@@ -1,1 +1,38 @@
-"""rmsnorm_kernel: placeholder while the kernel layer is written."""
+"""rmsnorm_kernel: a Triton RMSNorm (forward, input gradient, weight gradient) for PyTorch autograd.
+
+Kernel layer (imports only torch and triton)::
+
+    backend   choose compiled CUDA or Triton's interpreter (before any kernel is defined)
+    reference the float64-capable oracle (the seed's ``rmsnorm_reference``, ``manual_backward``)
+    contract  every rule the kernels rely on, checked before any output exists
+    kernels   the @triton.jit functions
+    ops       launchers (block sizes, warps, grids)
+    function  autograd.Function, torch.library ops, ``rmsnorm()``, ``CALLS``
+    module    ``RMSNorm``, a drop-in for ``torch.nn.RMSNorm``
+"""
+
+from .backend import BACKEND  # first: sets TRITON_INTERPRET before kernels are decorated
+from .contract import MAX_N, SEED_MAX_N, SUPPORTED_DTYPES, check_contract
+from .function import CALLS, RMSNormFunction, reset_calls, rmsnorm
+from .module import RMSNorm
+from .ops import COPIES, backward_op, forward_op
+from .reference import manual_backward, rmsnorm_reference
+
+__all__ = [
+    "BACKEND",
+    "CALLS",
+    "COPIES",
+    "MAX_N",
+    "SEED_MAX_N",
+    "SUPPORTED_DTYPES",
+    "RMSNorm",
+    "RMSNormFunction",
+    "backward_op",
+    "check_contract",
+    "forward_op",
+    "manual_backward",
+    "reset_calls",
+    "rmsnorm",
+    "rmsnorm_reference",
+]
+__version__ = "0.1.0"

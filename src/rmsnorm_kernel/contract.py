@@ -1,0 +1,105 @@
+"""Every rule the kernels rely on, checked before any output is allocated.
+
+One place to read what is supported and what is refused. Each error names the argument, the rule
+and what was received, e.g. ``"weight must have shape (N,) = (257,) (got (256,))"``.
+
+Supported:
+- ``x``: ``[..., N]``, any number of leading dims (``M`` = their product, ``M = 0`` allowed),
+  dtype float16 / bfloat16 / float32 / float64. Rows may have any row stride when the last dim is
+  contiguous (read in place, no copy). A last dim with stride != 1, or leading dims that cannot be
+  flattened into one row stride, is copied once with ``.contiguous()`` -- documented, and counted
+  in ``rmsnorm_kernel.COPIES``.
+- ``weight``: ``None`` or shape ``(N,)``, any of the four dtypes (it may differ from ``x``'s), same
+  device as ``x``. Output dtype is ``x.dtype``; the weight gradient has ``weight.dtype``.
+- ``residual``: ``None`` or the same shape, dtype and device as ``x``.
+- ``eps``: a finite real number > 0 (``bool`` is refused). ``offset``: a finite real number.
+- ``1 <= N <= MAX_N``. Math is float32 (float64 when ``x`` is float64).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from .backend import BACKEND
+
+#: The seed's N limit (one row in one block of registers); kept for the seed's campaigns.
+SEED_MAX_N = 4096
+#: Largest N: rows above the one-pass width are processed in chunks, so this bounds testing, not
+#: registers. Tested to 262144 on the GPU; beyond 2**20 nothing has been measured.
+MAX_N = 1 << 20
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_DTYPE_NAMES = "float16, bfloat16, float32, float64"
+
+
+def _check_real(name: str, value: object, *, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number (got {type(value).__name__} {value!r})")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be finite (got {value!r})")
+    if positive and not float(value) > 0:
+        raise ValueError(f"{name} must be > 0 (got {value!r})")
+
+
+def _check_device(x: torch.Tensor) -> None:
+    if BACKEND == "cuda" and x.device.type != "cuda":
+        raise ValueError(
+            "x must be on a CUDA device: kernels are compiled for the GPU "
+            f"(got device {x.device}); "
+            "move it with .cuda() or set TRITON_INTERPRET=1 before importing rmsnorm_kernel"
+        )
+    if x.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"x must be on a cpu or cuda device (got {x.device})")
+
+
+def check_contract(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    *,
+    offset: float = 0.0,
+    residual: torch.Tensor | None = None,
+) -> None:
+    """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"x must have dtype in ({_DTYPE_NAMES}) (got {x.dtype})")
+    if x.dim() < 1:
+        raise ValueError(f"x must have at least 1 dim [..., N] (got shape {tuple(x.shape)})")
+    n = x.shape[-1]
+    if not 1 <= n <= MAX_N:
+        raise ValueError(f"x's last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
+    _check_device(x)
+    _check_real("eps", eps, positive=True)
+    _check_real("offset", offset, positive=False)
+
+    if weight is not None:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"weight must be a torch.Tensor or None (got {type(weight).__name__})")
+        if weight.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"weight must have dtype in ({_DTYPE_NAMES}) (got {weight.dtype})")
+        if tuple(weight.shape) != (n,):
+            raise ValueError(f"weight must have shape (N,) = ({n},) (got {tuple(weight.shape)})")
+        if weight.device != x.device:
+            raise ValueError(f"weight must be on x's device {x.device} (got {weight.device})")
+    elif float(offset) != 0.0:
+        raise ValueError(
+            f"offset requires a weight: offset + weight scales y (got offset={offset})"
+        )
+
+    if residual is not None:
+        if not isinstance(residual, torch.Tensor):
+            raise TypeError(
+                f"residual must be a torch.Tensor or None (got {type(residual).__name__})"
+            )
+        if residual.shape != x.shape:
+            raise ValueError(
+                f"residual must have x's shape {tuple(x.shape)} (got {tuple(residual.shape)})"
+            )
+        if residual.dtype != x.dtype:
+            raise TypeError(f"residual must have x's dtype {x.dtype} (got {residual.dtype})")
+        if residual.device != x.device:
+            raise ValueError(f"residual must be on x's device {x.device} (got {residual.device})")

@@ -1,0 +1,183 @@
+"""Autograd for the kernels: an eager ``autograd.Function`` and a ``torch.library`` op for compile.
+
+``rmsnorm`` is the public entry. In eager mode it goes through :class:`RMSNormFunction` (the
+lowest-overhead path); under ``torch.compile`` it calls the registered op
+``torch.ops.rmsnorm_kernel.rmsnorm_fwd``, whose fake implementation lets Dynamo trace it with no
+graph break. Both run the same launchers, count in :data:`CALLS`, and refuse double backward with a
+clear error instead of a wrong number.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import ops
+from .contract import check_contract
+
+#: Passes through the wrapper (not GPU launches: one backward launches two kernels).
+CALLS = {"forward": 0, "backward": 0}
+
+_DOUBLE_BACKWARD = (
+    "rmsnorm_kernel: double backward (differentiating the gradient of rmsnorm) is not supported"
+)
+
+
+def reset_calls() -> None:
+    """Zero :data:`CALLS`."""
+    CALLS["forward"] = 0
+    CALLS["backward"] = 0
+
+
+def _forward(x, weight, residual, eps, offset):
+    """``[..., N]`` tensors -> ``(y [..., N], h [..., N] or None, x_rows (M, N), rstd (M,))``."""
+    x2 = ops.as_rows(x, "x")
+    res2 = None if residual is None else ops.as_rows(residual, "residual")
+    y, h, rstd = ops.launch_forward(x2, weight, res2, eps, offset, ops.output_dtype(x, weight))
+    CALLS["forward"] += 1
+    saved = x2 if h is None else h  # the kernel's input: x, or the rounded x + residual
+    return y.view(x.shape), (None if h is None else h.view(x.shape)), saved, rstd
+
+
+def _backward(dy, dh, saved, weight, rstd, offset, x_dtype):
+    """Upstream grads -> ``(dx (M, N), dweight (N,) or None)``."""
+    dy2 = ops.as_rows(dy, "dy")
+    dh2 = None if dh is None else ops.as_rows(dh, "dy")
+    dx, dw = ops.launch_backward(dy2, saved, weight, rstd, offset, dh2, x_dtype)
+    CALLS["backward"] += 1
+    return dx, dw
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """``apply(x, weight, eps, offset=0.0, residual=None)`` -> ``y`` or ``(y, x + residual)``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, offset=0.0, residual=None):
+        y, h, saved, rstd = _forward(x, weight, residual, eps, offset)
+        ctx.save_for_backward(saved, weight, rstd)
+        ctx.offset = offset
+        ctx.x_shape = x.shape
+        ctx.x_dtype = x.dtype
+        ctx.has_residual = residual is not None
+        if h is None:
+            return y
+        return y, h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, dh=None):
+        saved, weight, rstd = ctx.saved_tensors
+        dx, dw = _backward(dy, dh, saved, weight, rstd, ctx.offset, ctx.x_dtype)
+        dx = dx.view(ctx.x_shape)
+        dres = dx if ctx.has_residual else None
+        return dx, dw, None, None, dres
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.library ops: what torch.compile sees. Outputs may not alias inputs, and optional outputs
+# are empty tensors (shape (0,)) because a custom op must return tensors.
+
+
+@torch.library.custom_op("rmsnorm_kernel::rmsnorm_fwd", mutates_args=())
+def rmsnorm_fwd(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    eps: float,
+    offset: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Returns ``(y, h or empty, rstd (M,))``."""
+    y, h, saved, rstd = _forward(x, weight, residual, eps, offset)
+    return y, (x.new_empty(0) if h is None else h), rstd
+
+
+@rmsnorm_fwd.register_fake
+def _(x, weight, residual, eps, offset):
+    out = ops.output_dtype(x, weight)
+    m = x.numel() // x.shape[-1]
+    y = x.new_empty(x.shape, dtype=out)
+    h = x.new_empty(0) if residual is None else x.new_empty(x.shape)
+    return y, h, x.new_empty((m,), dtype=ops._acc_dtype(out))
+
+
+@torch.library.custom_op("rmsnorm_kernel::rmsnorm_bwd", mutates_args=())
+def rmsnorm_bwd(
+    dy: torch.Tensor,
+    dh: torch.Tensor | None,
+    saved: torch.Tensor,
+    weight: torch.Tensor | None,
+    rstd: torch.Tensor,
+    offset: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns ``(dx [like dy's shape], dweight or empty)``; ``saved`` is the forward's input."""
+    rows = ops.as_rows(saved, "x")
+    dx, dw = _backward(dy, dh, rows, weight, rstd, offset, saved.dtype)
+    return dx.view(dy.shape), (saved.new_empty(0) if dw is None else dw)
+
+
+@rmsnorm_bwd.register_fake
+def _(dy, dh, saved, weight, rstd, offset):
+    dx = saved.new_empty(dy.shape)
+    return dx, (saved.new_empty(0) if weight is None else torch.empty_like(weight))
+
+
+def _fwd_setup_context(ctx, inputs, output):
+    x, weight, residual, eps, offset = inputs
+    y, h, rstd = output
+    # The kernel's input: x itself, or the returned x + residual (already contiguous).
+    saved = x if residual is None else h
+    ctx.save_for_backward(saved, weight, rstd)
+    ctx.offset = offset
+    ctx.has_residual = residual is not None
+
+
+def _fwd_backward(ctx, dy, dh, drstd):
+    saved, weight, rstd = ctx.saved_tensors
+    dh = dh if ctx.has_residual else None
+    dx, dw = torch.ops.rmsnorm_kernel.rmsnorm_bwd(dy, dh, saved, weight, rstd, ctx.offset)
+    dw = dw if weight is not None else None
+    return dx, dw, (dx if ctx.has_residual else None), None, None
+
+
+def _bwd_setup_context(ctx, inputs, output):
+    pass
+
+
+def _bwd_backward(ctx, *grads):
+    raise RuntimeError(_DOUBLE_BACKWARD)
+
+
+rmsnorm_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
+rmsnorm_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
+
+
+def rmsnorm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float | None = 1e-6,
+    *,
+    offset: float = 0.0,
+    residual: torch.Tensor | None = None,
+):
+    """RMSNorm over the last dim with the Triton kernels.
+
+    Args:
+        x: ``[..., N]``, float16 / bfloat16 / float32 / float64.
+        weight: ``(N,)`` or ``None``; any of those dtypes.
+        eps: > 0; ``None`` means ``torch.finfo(x.dtype).eps`` (as ``torch.nn.RMSNorm``).
+        offset: scale by ``offset + weight`` (Gemma uses 1.0).
+        residual: if given, normalise ``x + residual`` and also return it.
+
+    Returns:
+        ``y`` (``[..., N]``, dtype ``promote_types(x.dtype, weight.dtype)``), or
+        ``(y, x + residual)`` when ``residual`` is given.
+    """
+    if eps is None and isinstance(x, torch.Tensor):
+        eps = torch.finfo(x.dtype).eps
+    check_contract(x, weight, eps, offset=offset, residual=residual)
+    if torch.compiler.is_compiling():
+        y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
+            x, weight, residual, float(eps), float(offset)
+        )
+        return y if residual is None else (y, h)
+    return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual)
