@@ -10,7 +10,8 @@ Supported:
   flattened into one row stride, is copied once with ``.contiguous()`` -- documented, and counted
   in ``rmsnorm_kernel.COPIES``.
 - ``weight``: ``None`` or shape ``(N,)``, any of the four dtypes (it may differ from ``x``'s), same
-  device as ``x``. Output dtype is ``x.dtype``; the weight gradient has ``weight.dtype``.
+  device as ``x``. Output dtype is ``x.dtype`` (``F.rms_norm``'s rule); the weight gradient has
+  ``weight.dtype``.
 - ``residual``: ``None`` or the same shape, dtype and device as ``x``.
 - ``eps``: a finite real number > 0 (``bool`` is refused). ``offset``: a finite real number.
 - ``1 <= N <= MAX_N``. Math is float32 (float64 when ``x`` is float64).

@@ -169,7 +169,7 @@ def rmsnorm(
         residual: if given, normalise ``x + residual`` and also return it.
 
     Returns:
-        ``y`` (``[..., N]``, dtype ``promote_types(x.dtype, weight.dtype)``), or
+        ``y`` (``[..., N]``, dtype ``x.dtype`` as ``torch.nn.functional.rms_norm``), or
         ``(y, x + residual)`` when ``residual`` is given.
     """
     if eps is None and isinstance(x, torch.Tensor):

@@ -198,8 +198,11 @@ def reduce_dweight(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def output_dtype(x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
-    """``torch.nn.functional.rms_norm``'s rule: ``x.dtype`` promoted with ``weight.dtype``."""
-    return x.dtype if weight is None else torch.promote_types(x.dtype, weight.dtype)
+    """``torch.nn.functional.rms_norm``'s rule (torch 2.11-2.13): ``x.dtype``, whatever the weight's.
+
+    The weight is read in its own dtype and upcast; only the result is rounded to ``x.dtype``.
+    """
+    return x.dtype
 
 
 def forward_op(

@@ -1,0 +1,177 @@
+"""The seed's command set: ``python -m rmsnorm_kernel.cli <command> [hydra overrides...]``.
+
+Each command proves one claim (and is a Make target of the same name):
+
+=====================  ========================================================================
+command                what it proves / does
+=====================  ========================================================================
+reference              the float64 oracle is right (gradcheck, manual_backward); writes splits
+check-forward          y matches the float64 oracle on every case, every element
+check-backward         dx matches the float64 oracle (autograd) on every case, every element
+check-gamma            dgamma matches the float64 oracle (autograd) on every case
+exercise               every planted classic kernel bug is caught (mutation testing)
+benchmark              latency and GB/s, reference vs kernel vs peers (GPU only)
+plot                   PNG figures from the JSON of the checks and the benchmark
+check-checkpoints      exported checkpoints load and match (experiment layer)
+clean                  delete generated files under outputs/ and checkpoints/ (--dry-run lists)
+check-environment      CUDA + one real kernel launch, or a clear "interpreter" notice
+=====================  ========================================================================
+
+Configs are composed with Hydra's compose API from the repo's ``conf/`` (root ``train.yaml``),
+with ``experiment=minimum`` by default and ``experiment=exercise`` for ``exercise``; positional
+arguments are Hydra overrides, e.g. ``check-forward campaign.grids=[smoke]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # src/rmsnorm_kernel/cli.py -> repo/conf
+CAMPAIGNS = ("check-forward", "check-backward", "check-gamma")
+DEFAULT_EXPERIMENT = {"exercise": "exercise"}  # every other command: minimum
+
+
+def compose(
+    overrides: Sequence[str] = (), *, experiment: str = "minimum", config_dir: Path | None = None
+):
+    """The run's config: ``conf/train.yaml`` + ``experiment=<experiment>`` + overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    overrides = list(overrides)
+    if not any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in overrides):
+        overrides.insert(0, f"experiment={experiment}")
+    conf = Path(config_dir or CONF_DIR).resolve()
+    if not (conf / "train.yaml").exists():
+        raise SystemExit(f"error: no train.yaml in {conf} (pass --config-dir)")
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3", job_name="cli"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m rmsnorm_kernel.cli", description=__doc__.split("\n\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def add(name: str, help_: str, overrides: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if overrides:
+            p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. campaign.seed=1")
+            p.add_argument(
+                "--config-dir",
+                type=Path,
+                default=None,
+                help=f"Hydra config dir (default {CONF_DIR})",
+            )
+        return p
+
+    add("reference", "gradcheck the float64 oracle; write the synthetic splits (safetensors)")
+    for name in CAMPAIGNS:
+        add(name, f"{name}: compare with the float64 oracle on every configured case")
+    add("exercise", "mutation testing: every planted kernel bug must be caught")
+    add("benchmark", "seed protocol timing, reference vs kernel vs peers (needs a GPU)")
+    p = add("plot", "PNG figures from the checks' and the benchmark's JSON")
+    p.add_argument("--out", type=Path, default=Path("outputs/figures"), help="figure folder")
+    p = add("check-checkpoints", "verify exported checkpoints (experiment layer)")
+    p.add_argument(
+        "--ckpt",
+        type=Path,
+        action="append",
+        default=None,
+        help="a checkpoint file (repeatable); default: every one under the root",
+    )
+    p = add("clean", "delete generated files under outputs/ and checkpoints/", overrides=False)
+    p.add_argument("--scope", choices=["generated"], required=True)
+    p.add_argument("--dry-run", action="store_true", help="list, delete nothing")
+    p.add_argument("--root", type=Path, default=Path.cwd(), help="project root (default: cwd)")
+    add(
+        "check-environment",
+        "initialise CUDA and launch the kernel once (or the interpreter)",
+        overrides=False,
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cmd = args.command
+    from rich.console import Console
+
+    # Wide enough for the tables when piped to a log (rich defaults to 80 columns off a terminal).
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    if cmd == "clean":
+        from rmsnorm_kernel.clean import run_clean
+
+        return run_clean(args.root, args.scope, args.dry_run, console)
+    if cmd == "check-environment":
+        from rmsnorm_kernel.environment import run_check_environment
+
+        return run_check_environment(console)
+
+    cfg = compose(
+        args.overrides,
+        experiment=DEFAULT_EXPERIMENT.get(cmd, "minimum"),
+        config_dir=args.config_dir,
+    )
+    if cmd == "reference":
+        from rmsnorm_kernel.campaigns.reference_check import run_reference
+
+        return run_reference(cfg, Path(cfg.campaign.data_dir), console)
+    if cmd in CAMPAIGNS:
+        from rmsnorm_kernel.campaigns.runner import run_campaign
+
+        payload = run_campaign(cmd, cfg.campaign, console=console)
+        return 0 if payload["passed"] else 1
+    if cmd == "exercise":
+        from rmsnorm_kernel.exercise.runner import run_exercise
+
+        return run_exercise(cfg, console)
+    if cmd == "benchmark":
+        from rmsnorm_kernel.bench.benchmark import run_benchmark
+
+        return run_benchmark(cfg.benchmark, console)
+    if cmd == "plot":
+        from rmsnorm_kernel.plots import run_plots
+
+        return run_plots(
+            Path(cfg.campaign.out_dir),
+            Path(cfg.benchmark.out_dir) / "benchmark.json",
+            args.out,
+            console,
+        )
+    if cmd == "check-checkpoints":
+        return _check_checkpoints(cfg, args.ckpt, console)
+    raise AssertionError(cmd)
+
+
+def _check_checkpoints(cfg, paths, console) -> int:
+    from rich.table import Table
+
+    from rmsnorm_kernel.experiment.reload import check_checkpoints
+
+    root = Path(cfg.paths.checkpoint_dir)
+    try:
+        results = check_checkpoints(paths, root=root)
+    except RuntimeError as exc:
+        console.print(f"[red]FAIL[/red] {type(exc).__name__}: {exc}")
+        return 1
+    if not results:
+        console.print(f"[red]FAIL[/red] no checkpoints under {root}/: run `make train` first")
+        return 1
+    table = Table(title=f"checkpoints under {root}/")
+    keys = list(dict.fromkeys(k for r in results for k in r))
+    for k in keys:
+        table.add_column(str(k))
+    for r in results:
+        table.add_row(*(str(r.get(k, "")) for k in keys))
+    console.print(table)
+    console.print(f"[green]PASS[/green] {len(results)} checkpoint(s) verified")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""`plot`: PNG figures from the JSON the checks and the benchmark wrote.
+
+- ``check-errors.png``: per campaign, each case's max abs error against the float64 oracle (log
+  scale, one colour per dtype) with PyTorch's same-dtype reference error as hollow markers.
+- ``check-tolerance.png``: each case's worst element as a fraction of its tolerance
+  (``|err| / (atol + rtol |oracle|)``; above 1 fails).
+- ``benchmark.png``: median latency bars per implementation, one panel per shape and mode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CAMPAIGNS = ("check-forward", "check-backward", "check-gamma")
+COLOURS = {
+    "float32": "tab:blue",
+    "float16": "tab:orange",
+    "bfloat16": "tab:green",
+    "float64": "tab:purple",
+}
+
+
+def _num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def plot_checks(check_dir: Path, fig_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    payloads = [
+        json.loads((check_dir / f"{c}.json").read_text())
+        for c in CAMPAIGNS
+        if (check_dir / f"{c}.json").exists()
+    ]
+    if not payloads:
+        return []
+    out = []
+    for kind in ("errors", "tolerance"):
+        fig, axes = plt.subplots(len(payloads), 1, figsize=(12, 3.2 * len(payloads)), squeeze=False)
+        for ax, p in zip(axes[:, 0], payloads, strict=True):
+            cases = p["cases"]
+            for dtype, colour in COLOURS.items():
+                idx = [
+                    i
+                    for i, c in enumerate(cases)
+                    if c.get("dtype_checked") == dtype and _num(c.get("max_abs_err")) is not None
+                ]
+                if not idx:
+                    continue
+                if kind == "errors":
+                    ax.scatter(
+                        idx,
+                        [max(_num(cases[i]["max_abs_err"]), 1e-18) for i in idx],
+                        s=14,
+                        color=colour,
+                        label=f"kernel {dtype}",
+                    )
+                    ax.scatter(
+                        idx,
+                        [max(_num(cases[i]["torch_max_abs_err"]) or 1e-18, 1e-18) for i in idx],
+                        s=24,
+                        facecolors="none",
+                        edgecolors=colour,
+                        label=f"torch {dtype}",
+                    )
+                else:
+                    ax.scatter(
+                        idx,
+                        [max(_num(cases[i]["worst_tol_fraction"]), 1e-9) for i in idx],
+                        s=14,
+                        color=colour,
+                        label=dtype,
+                    )
+            if kind == "tolerance":
+                ax.axhline(1.0, color="red", lw=1, ls="--", label="tolerance")
+            ax.set_yscale("log")
+            ax.set_ylabel("max |err|" if kind == "errors" else "|err| / tolerance")
+            env = p["environment"]
+            ax.set_title(
+                f"{p['command']} ({p['quantity']}), {len(cases)} cases, "
+                f"{env['device']} / {env['backend']}",
+                fontsize=10,
+            )
+            ax.legend(fontsize=7, ncol=4, loc="upper left")
+            ax.grid(alpha=0.3)
+        axes[-1, 0].set_xlabel("case index (see the JSON's `cases` for names)")
+        fig.tight_layout()
+        path = fig_dir / f"check-{kind}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        out.append(path)
+    return out
+
+
+def plot_benchmark(bench_json: Path, fig_dir: Path) -> list[Path]:
+    if not bench_json.exists():
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = json.loads(bench_json.read_text())
+    groups: dict[tuple, list[dict]] = {}
+    for r in p["results"]:
+        groups.setdefault((r["m"], r["n"], r["dtype"], r["mode"]), []).append(r)
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.6 * len(groups)), squeeze=False)
+    for ax, ((m, n, dtype, mode), rows) in zip(axes[:, 0], groups.items(), strict=True):
+        names = [r["implementation"] for r in rows]
+        vals = [r["median_us"] or 0.0 for r in rows]
+        bars = ax.barh(
+            names, vals, color=["tab:red" if nm == "kernel" else "tab:gray" for nm in names]
+        )
+        for bar, r in zip(bars, rows, strict=True):
+            label = (
+                f"{r['median_us']:.2f} us, {r['gb_per_s']:.0f} GB/s"
+                if r["median_us"]
+                else r["status"]
+            )
+            ax.text(
+                bar.get_width(),
+                bar.get_y() + bar.get_height() / 2,
+                " " + label,
+                va="center",
+                fontsize=7,
+            )
+        ax.set_title(f"{m}x{n} {dtype} {mode}", fontsize=9)
+        ax.set_xlabel("median latency per call (us)")
+        ax.set_xlim(0, max(vals + [1.0]) * 1.6)
+    fig.suptitle(f"benchmark on {p['environment']['device']}", fontsize=10)
+    fig.tight_layout()
+    path = fig_dir / "benchmark.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def run_plots(check_dir: Path, bench_json: Path, fig_dir: Path, console=None) -> int:
+    from rich.console import Console
+
+    console = console or Console()
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    made = plot_checks(check_dir, fig_dir)
+    if not made:
+        console.print(f"no campaign JSON under {check_dir}: run `make checks` first")
+    bench = plot_benchmark(bench_json, fig_dir)
+    if not bench:
+        console.print(f"no benchmark JSON at {bench_json}: run `make benchmark` on a GPU first")
+    for path in made + bench:
+        console.print(f"wrote {path}")
+    return 0 if made or bench else 1

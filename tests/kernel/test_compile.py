@@ -1,0 +1,68 @@
+"""``torch.compile(fullgraph=True)`` traces the registered op with no graph break."""
+
+from __future__ import annotations
+
+import torch
+
+import rmsnorm_kernel as rk
+from conftest import assert_close
+
+
+def test_compile_fullgraph_forward_backward(device):
+    torch._dynamo.reset()
+
+    def block(x, r, w):
+        y, h = rk.rmsnorm(torch.sin(x), w, 1e-6, residual=r)
+        return (y * 2).sum() + h.square().mean()
+
+    x = torch.randn(4, 3, 96, device=device, requires_grad=True)
+    r = torch.randn(4, 3, 96, device=device, requires_grad=True)
+    w = torch.randn(96, device=device, requires_grad=True)
+    compiled = torch.compile(block, fullgraph=True)
+    rk.reset_calls()
+    loss = compiled(x, r, w)
+    loss.backward()
+    assert rk.CALLS == {"forward": 1, "backward": 1}, "the compiled graph must call our kernels"
+    grads = [t.grad.clone() for t in (x, r, w)]
+    for t in (x, r, w):
+        t.grad = None
+    eager = block(x, r, w)
+    eager.backward()
+    assert_close(loss, eager, torch.float32, "loss")
+    for got, t, name in zip(grads, (x, r, w), ("dx", "dr", "dw"), strict=True):
+        assert_close(got, t.grad, torch.float32, name)
+
+
+def test_compiled_module_no_weight(device):
+    torch._dynamo.reset()
+    norm = rk.RMSNorm(64, elementwise_affine=False, device=device)
+    compiled = torch.compile(norm, fullgraph=True)
+    x = torch.randn(5, 64, device=device)
+    assert_close(
+        compiled(x),
+        rk.rmsnorm_reference(x.double(), None, torch.finfo(x.dtype).eps),
+        torch.float32,
+        "y",
+    )
+
+
+def test_opcheck(device):
+    """torch.library's own consistency checks of the fake impl, schema and autograd registration."""
+    x = torch.randn(3, 40, device=device, requires_grad=True)
+    w = torch.randn(40, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_fwd.default, (x, w, None, 1e-6, 0.0))
+    r = torch.randn(3, 40, device=device, requires_grad=True)
+    torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_fwd.default, (x, w, r, 1e-6, 1.0))
+
+
+def test_double_backward_refused_in_compiled_path(device):
+    x = torch.randn(3, 8, device=device, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, device=device, dtype=torch.float64, requires_grad=True)
+    y, _, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)
+    (gx,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    try:
+        gx.sum().backward()
+    except RuntimeError as err:
+        assert "double backward" in str(err)
+    else:
+        raise AssertionError("double backward through the op must raise")

@@ -1,0 +1,137 @@
+"""Every refusal raises a clear error before any output exists (no launch, no allocation)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import ops
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Fail the test if a launcher runs: the contract must refuse first."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a kernel launcher ran before the contract refused the input")
+
+    monkeypatch.setattr(ops, "launch_forward", boom)
+    monkeypatch.setattr(ops, "launch_backward", boom)
+
+
+def _x(device, *shape, dtype=torch.float32):
+    return torch.randn(*shape, device=device, dtype=dtype)
+
+
+CASES = [
+    # (name, builder(device) -> kwargs, error type, message fragment)
+    ("x not a tensor", lambda d: dict(x=[[1.0, 2.0]]), TypeError, "x must be a torch.Tensor"),
+    (
+        "int dtype",
+        lambda d: dict(x=torch.ones(2, 4, dtype=torch.int32, device=d)),
+        TypeError,
+        "x must have dtype",
+    ),
+    ("0-dim x", lambda d: dict(x=torch.tensor(1.0, device=d)), ValueError, "at least 1 dim"),
+    ("N = 0", lambda d: dict(x=_x(d, 3, 0)), ValueError, "1 <= N"),
+    (
+        "N too large",
+        lambda d: dict(x=torch.empty(1, rk.MAX_N + 1, device=d)),
+        ValueError,
+        f"<= {rk.MAX_N}",
+    ),
+    (
+        "weight wrong shape",
+        lambda d: dict(x=_x(d, 2, 8), weight=_x(d, 7)),
+        ValueError,
+        "weight must have shape (N,) = (8,) (got (7,))",
+    ),
+    (
+        "weight 2-D",
+        lambda d: dict(x=_x(d, 2, 8), weight=_x(d, 1, 8)),
+        ValueError,
+        "weight must have shape",
+    ),
+    (
+        "weight int",
+        lambda d: dict(x=_x(d, 2, 8), weight=torch.ones(8, dtype=torch.int64, device=d)),
+        TypeError,
+        "weight must have dtype",
+    ),
+    (
+        "weight not tensor",
+        lambda d: dict(x=_x(d, 2, 8), weight=[1.0] * 8),
+        TypeError,
+        "weight must be a torch.Tensor",
+    ),
+    ("eps bool", lambda d: dict(x=_x(d, 2, 8), eps=True), TypeError, "eps must be a real number"),
+    ("eps string", lambda d: dict(x=_x(d, 2, 8), eps="1e-6"), TypeError, "eps must be a real"),
+    ("eps zero", lambda d: dict(x=_x(d, 2, 8), eps=0.0), ValueError, "eps must be > 0"),
+    ("eps negative", lambda d: dict(x=_x(d, 2, 8), eps=-1e-6), ValueError, "eps must be > 0"),
+    ("eps nan", lambda d: dict(x=_x(d, 2, 8), eps=math.nan), ValueError, "eps must be finite"),
+    ("eps inf", lambda d: dict(x=_x(d, 2, 8), eps=math.inf), ValueError, "eps must be finite"),
+    (
+        "offset nan",
+        lambda d: dict(x=_x(d, 2, 8), weight=_x(d, 8), offset=math.nan),
+        ValueError,
+        "offset must be finite",
+    ),
+    (
+        "offset without weight",
+        lambda d: dict(x=_x(d, 2, 8), offset=1.0),
+        ValueError,
+        "offset requires a weight",
+    ),
+    (
+        "residual shape",
+        lambda d: dict(x=_x(d, 2, 8), residual=_x(d, 3, 8)),
+        ValueError,
+        "residual must have x's shape",
+    ),
+    (
+        "residual dtype",
+        lambda d: dict(x=_x(d, 2, 8), residual=_x(d, 2, 8, dtype=torch.float64)),
+        TypeError,
+        "residual must have x's dtype",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,build,error,fragment", CASES, ids=[c[0] for c in CASES])
+def test_refusals(name, build, error, fragment, device, no_launch):
+    kwargs = build(device)
+    x = kwargs.pop("x")
+    weight = kwargs.pop("weight", None)
+    eps = kwargs.pop("eps", 1e-6)
+    with pytest.raises(error, match=None) as info:
+        rk.rmsnorm(x, weight, eps, **kwargs)
+    assert fragment in str(info.value)
+    assert rk.CALLS == {"forward": 0, "backward": 0}
+
+
+def test_weight_on_other_device_is_refused(no_launch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs two devices")
+    with pytest.raises(ValueError, match="weight must be on x's device"):
+        rk.rmsnorm(torch.randn(2, 8, device="cuda"), torch.ones(8), 1e-6)
+
+
+def test_forward_op_checks_contract(device, no_launch):
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        rk.forward_op(_x(device, 2, 8), None, 0.0)
+
+
+def test_backward_op_checks_dy_shape(device):
+    x = _x(device, 2, 8)
+    y, rstd = rk.forward_op(x, None, 1e-6)
+    with pytest.raises(ValueError, match="dy must match x's shape"):
+        rk.backward_op(_x(device, 2, 7), x, None, rstd)
+
+
+def test_module_checks_normalized_shape(device):
+    norm = rk.RMSNorm(8, device=device)
+    with pytest.raises(ValueError, match="normalized_shape"):
+        norm(_x(device, 2, 7))

@@ -1,0 +1,64 @@
+"""``rmsnorm_kernel.RMSNorm`` is a drop-in for ``torch.nn.RMSNorm``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rmsnorm_kernel as rk
+from conftest import assert_close
+
+
+@pytest.mark.parametrize("shape", [16, (16,), (4, 8)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_same_state_dict_and_attributes(shape, affine):
+    ours, theirs = (
+        rk.RMSNorm(shape, elementwise_affine=affine),
+        torch.nn.RMSNorm(shape, elementwise_affine=affine),
+    )
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert ours.normalized_shape == theirs.normalized_shape
+    assert ours.eps == theirs.eps and ours.elementwise_affine == theirs.elementwise_affine
+    assert repr(ours).split("(", 1)[1] == repr(theirs).split("(", 1)[1]
+    if affine:
+        assert torch.equal(ours.weight, theirs.weight)
+    ours.load_state_dict(theirs.state_dict())
+    theirs.load_state_dict(ours.state_dict())
+
+
+@pytest.mark.parametrize("eps", [None, 1e-5])
+@pytest.mark.parametrize("shape,normalized", [((3, 5, 32), 32), ((2, 6, 4, 8), (4, 8))])
+def test_matches_torch_rmsnorm(shape, normalized, eps, device):
+    theirs = torch.nn.RMSNorm(normalized, eps=eps, device=device)
+    with torch.no_grad():
+        theirs.weight.normal_()
+    ours = rk.RMSNorm(normalized, eps=eps, device=device)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(*shape, device=device)
+    xo, xt = x.clone().requires_grad_(), x.clone().requires_grad_()
+    yo, yt = ours(xo), theirs(xt)
+    dy = torch.randn_like(yt)
+    yo.backward(dy)
+    yt.backward(dy)
+    assert_close(yo, yt, torch.float32, "y")
+    assert_close(xo.grad, xt.grad, torch.float32, "dx")
+    assert_close(ours.weight.grad, theirs.weight.grad, torch.float32, "dweight")
+
+
+def test_eps_none_is_machine_epsilon_of_input_dtype(device):
+    x = torch.full((1, 4), 1e-4, device=device, dtype=torch.float16)  # eps dominates mean(x^2)
+    norm = rk.RMSNorm(4, eps=None, device=device, dtype=torch.float16)
+    expected = rk.rmsnorm_reference(x, norm.weight, torch.finfo(torch.float16).eps)
+    assert_close(norm(x), expected, torch.float16, "y")
+
+
+def test_module_runs_the_kernel(device):
+    norm = rk.RMSNorm(8, device=device)
+    rk.reset_calls()
+    norm(torch.randn(2, 8, device=device, requires_grad=True)).sum().backward()
+    assert rk.CALLS == {"forward": 1, "backward": 1}
+
+
+def test_dtype_and_device_factory_kwargs(device):
+    norm = rk.RMSNorm(8, device=device, dtype=torch.float64)
+    assert norm.weight.dtype == torch.float64 and norm.weight.device.type == device
