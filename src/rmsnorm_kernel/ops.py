@@ -198,7 +198,7 @@ def reduce_dweight(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def output_dtype(x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
-    """``torch.nn.functional.rms_norm``'s rule (torch 2.11-2.13): ``x.dtype``, whatever the weight's.
+    """``F.rms_norm``'s rule (torch 2.11-2.13): ``x.dtype``, whatever the weight's dtype.
 
     The weight is read in its own dtype and upcast; only the result is rounded to ``x.dtype``.
     """

@@ -1,4 +1,4 @@
-"""GPU-only: sizes the interpreter cannot afford, int64 offsets, CUDA graphs, determinism at scale."""
+"""GPU only: sizes the interpreter cannot afford, int64 offsets, CUDA graphs, determinism."""
 
 from __future__ import annotations
 

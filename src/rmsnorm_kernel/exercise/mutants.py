@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-import rmsnorm_kernel  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit runs)
 import triton
 import triton.language as tl
+
+import rmsnorm_kernel  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit runs)
 
 
 @dataclass(frozen=True)
