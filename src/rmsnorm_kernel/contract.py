@@ -14,6 +14,7 @@ Supported:
   ``weight.dtype``.
 - ``residual``: ``None`` or the same shape, dtype and device as ``x``.
 - ``eps``: a finite real number > 0 (``bool`` is refused). ``offset``: a finite real number.
+  Both must fit in float32 (``|value| <= 3.4e38``).
 - ``1 <= N <= MAX_N``. Math is float32 (float64 when ``x`` is float64).
 """
 
@@ -31,6 +32,8 @@ SEED_MAX_N = 4096
 #: Largest N: rows above the one-pass width are processed in chunks, so this bounds testing, not
 #: registers. Tested to 262144 on the GPU; beyond 2**20 nothing has been measured.
 MAX_N = 1 << 20
+#: eps and offset reach the kernels as float32 pairs (see ops.split_float).
+FLOAT32_MAX = 3.4028234663852886e38
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _DTYPE_NAMES = "float16, bfloat16, float32, float64"
 
@@ -40,6 +43,10 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
         raise TypeError(f"{name} must be a real number (got {type(value).__name__} {value!r})")
     if not math.isfinite(float(value)):
         raise ValueError(f"{name} must be finite (got {value!r})")
+    if abs(float(value)) > FLOAT32_MAX:
+        raise ValueError(
+            f"{name} must fit in float32, |{name}| <= {FLOAT32_MAX:.4g} (got {value!r})"
+        )
     if positive and not float(value) > 0:
         raise ValueError(f"{name} must be > 0 (got {value!r})")
 

@@ -33,8 +33,10 @@ def rmsnorm_forward_kernel(
     stride_x,  # elements between two rows of X
     stride_res,  # elements between two rows of RES
     N,  # data width: the number of values in a row
-    eps,  # added to the mean of squares
-    offset,  # y = x * r * (offset + w)
+    eps,  # added to the mean of squares; float32 high part ...
+    eps_lo,  # ... and low part (Triton passes Python floats as float32; fp64 needs both)
+    offset,  # y = x * r * (offset + w): float32 high part ...
+    offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
@@ -42,6 +44,8 @@ def rmsnorm_forward_kernel(
     ONE_PASS: tl.constexpr,  # N <= BLOCK: the whole row stays in registers
 ):
     row = tl.program_id(0).to(tl.int64)
+    eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)  # both parts are exact float32 values
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
     x_row = X + row * stride_x
     res_row = RES + row * stride_res
     y_row = Y + row * N
@@ -101,7 +105,8 @@ def rmsnorm_backward_kernel(
     stride_dh,  # elements between two rows of DH
     M,  # number of rows
     N,  # data width
-    offset,  # u = dy * (offset + w)
+    offset,  # u = dy * (offset + w): float32 high part ...
+    offset_lo,  # ... and low part
     rows_per_program,  # program p owns rows [p * rows_per_program, (p + 1) * rows_per_program)
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
@@ -110,6 +115,7 @@ def rmsnorm_backward_kernel(
     ONE_PASS: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
     row_start = pid * rows_per_program  # int64, so every row offset below is int64 too
     row_end = tl.minimum(row_start + rows_per_program, M)
     dw_row = DW_PARTIAL + pid * N

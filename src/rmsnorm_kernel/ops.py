@@ -7,6 +7,7 @@ without a copy whenever the last dim is contiguous and the leading dims share on
 from __future__ import annotations
 
 import functools
+import struct
 
 import torch
 import triton
@@ -33,6 +34,14 @@ SUM_BLOCK_N = 128
 
 #: Inputs copied because their layout could not be read in place (see ``as_rows``).
 COPIES = {"x": 0, "residual": 0, "dy": 0}
+
+
+@functools.lru_cache(maxsize=64)
+def split_float(value: float) -> tuple[float, float]:
+    """``value`` as float32 ``hi + lo``: Triton passes Python floats to kernels as float32, and the
+    float64 path needs eps and offset to ~1e-16 (one float32 alone is off by up to 3e-8)."""
+    hi = struct.unpack("f", struct.pack("f", value))[0]
+    return hi, value - hi
 
 
 def _acc_dtype(out_dtype: torch.dtype) -> torch.dtype:
@@ -119,8 +128,8 @@ def launch_forward(
         x2.stride(0),
         residual2.stride(0) if residual2 is not None else 0,
         n,
-        float(eps),
-        float(offset),
+        *split_float(float(eps)),
+        *split_float(float(offset)),
         HAS_WEIGHT=weight is not None,
         HAS_RESIDUAL=residual2 is not None,
         ACC=_TL_DTYPES[acc],
@@ -166,7 +175,7 @@ def launch_backward(
         dh2.stride(0) if dh2 is not None else 0,
         m,
         n,
-        float(offset),
+        *split_float(float(offset)),
         rows_per_program,
         HAS_WEIGHT=weight is not None,
         HAS_DH=dh2 is not None,
