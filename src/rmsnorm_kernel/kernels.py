@@ -10,8 +10,9 @@ Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 out
 
 Every program follows the tutorial's rhythm: program id -> column offsets -> mask -> pointers ->
 load as ACC -> reduce -> store. Row offsets are int64 so tensors over 2**31 elements are addressed
-correctly. ``ONE_PASS`` rows fit one block of registers (``N <= BLOCK``); longer rows are walked in
-chunks of ``BLOCK`` columns. There are no atomics: results are bitwise reproducible.
+correctly. ``ONE_PASS`` rows fit one block of registers (``N <= BLOCK``); longer forward rows are
+walked in chunks of ``BLOCK`` columns, and wide backward rows are split into column tiles after a
+separate row reduction. There are no atomics: results are bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -92,14 +93,46 @@ def rmsnorm_forward_kernel(
 
 
 @triton.jit
+def rmsnorm_row_dot_kernel(
+    DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
+    X,  # pointer to the normalised input rows (x, or x + residual), row stride stride_x
+    W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
+    MEAN_UX,  # pointer to the output mean(u * x) per row (M,), ACC dtype
+    stride_dy,
+    stride_x,
+    N,  # data width
+    offset,  # u = dy * (offset + w): float32 high part ...
+    offset_lo,  # ... and low part
+    HAS_WEIGHT: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,  # chunk width
+):
+    """Wide rows, backward step 1 of 2: the one row-wide reduction dx needs, mean(u * x)."""
+    row = tl.program_id(0).to(tl.int64)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    cols = tl.arange(0, BLOCK)
+    sum_ux = tl.zeros([BLOCK], dtype=ACC)
+    for start in range(0, N, BLOCK):
+        c = start + cols
+        mask = c < N
+        x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
+        u = tl.load(DY + row * stride_dy + c, mask=mask, other=0.0).to(ACC)
+        if HAS_WEIGHT:
+            u = u * (tl.load(W + c, mask=mask, other=0.0).to(ACC) + offset)
+        sum_ux += u * x
+    tl.store(MEAN_UX + row, tl.sum(sum_ux, axis=0) / N)
+
+
+@triton.jit
 def rmsnorm_backward_kernel(
     DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
     X,  # pointer to the normalised input rows (x, or x + residual), row stride stride_x
     W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
     RSTD,  # pointer to the inverse RMS per row saved by the forward pass (M,)
+    MEAN_UX,  # pointer to mean(u * x) per row (M,) from rmsnorm_row_dot_kernel (when not ONE_TILE)
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
     DX,  # pointer to the input gradient (M, N), contiguous
-    DW_PARTIAL,  # pointer to the per-program dweight partials (programs, N), ACC dtype
+    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N), ACC dtype
     stride_dy,  # elements between two rows of DY
     stride_x,  # elements between two rows of X
     stride_dh,  # elements between two rows of DH
@@ -107,72 +140,46 @@ def rmsnorm_backward_kernel(
     N,  # data width
     offset,  # u = dy * (offset + w): float32 high part ...
     offset_lo,  # ... and low part
-    rows_per_program,  # program p owns rows [p * rows_per_program, (p + 1) * rows_per_program)
+    rows_per_program,  # program (p, q) owns rows [p * rows_per_program, (p + 1) * rows_per_program)
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
     ACC: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ONE_PASS: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per program: the whole row when ONE_TILE
+    ONE_TILE: tl.constexpr,  # N <= BLOCK: reduce mean(u * x) here; else read MEAN_UX
 ):
+    """dx for a tile of rows x columns, and the tile's dweight partial kept in registers.
+
+    Persistent over rows: program (p, q) walks its rows in order, so the partial of row group p
+    is a fixed-order sum, and the second pass (dweight_sum_kernel) sums the groups in order.
+    """
     pid = tl.program_id(0).to(tl.int64)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
     row_start = pid * rows_per_program  # int64, so every row offset below is int64 too
     row_end = tl.minimum(row_start + rows_per_program, M)
-    dw_row = DW_PARTIAL + pid * N
-    cols = tl.arange(0, BLOCK)
-    if ONE_PASS:
-        mask = cols < N
-        dw = tl.zeros([BLOCK], dtype=ACC)
-        for row in range(row_start, row_end):
-            x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
-            dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
-            rstd = tl.load(RSTD + row)
-            if HAS_WEIGHT:
-                # Re-read per row (an L1/L2 hit) instead of pinning N more registers.
-                u = dy * (tl.load(W + cols, mask=mask, other=0.0).to(ACC) + offset)
-            else:
-                u = dy
-            mean_ux = tl.sum(u * x, axis=0) / N
-            dx = (u - x * (rstd * rstd * mean_ux)) * rstd
-            if HAS_DH:
-                dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
-            tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
-            if HAS_WEIGHT:
-                dw += dy * x * rstd
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    dw = tl.zeros([BLOCK], dtype=ACC)
+    for row in range(row_start, row_end):
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + row)
         if HAS_WEIGHT:
-            tl.store(dw_row + cols, dw, mask=mask)
-    else:
-        # Long rows: pass 1 reduces sum(u*x) chunk by chunk; pass 2 writes dx and adds this row's
-        # dweight contribution into the program's own partial row (zeroed by the launcher; only
-        # this program touches it, so the order of additions is fixed).
-        for row in range(row_start, row_end):
-            rstd = tl.load(RSTD + row)
-            sum_ux = tl.zeros([BLOCK], dtype=ACC)
-            for start in range(0, N, BLOCK):
-                c = start + cols
-                mask = c < N
-                x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-                u = tl.load(DY + row * stride_dy + c, mask=mask, other=0.0).to(ACC)
-                if HAS_WEIGHT:
-                    u = u * (tl.load(W + c, mask=mask, other=0.0).to(ACC) + offset)
-                sum_ux += u * x
-            mean_ux = tl.sum(sum_ux, axis=0) / N
-            for start in range(0, N, BLOCK):
-                c = start + cols
-                mask = c < N
-                x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-                dy = tl.load(DY + row * stride_dy + c, mask=mask, other=0.0).to(ACC)
-                if HAS_WEIGHT:
-                    u = dy * (tl.load(W + c, mask=mask, other=0.0).to(ACC) + offset)
-                else:
-                    u = dy
-                dx = (u - x * (rstd * rstd * mean_ux)) * rstd
-                if HAS_DH:
-                    dx += tl.load(DH + row * stride_dh + c, mask=mask, other=0.0).to(ACC)
-                tl.store(DX + row * N + c, dx.to(DX.dtype.element_ty), mask=mask)
-                if HAS_WEIGHT:
-                    partial = tl.load(dw_row + c, mask=mask, other=0.0)
-                    tl.store(dw_row + c, partial + dy * x * rstd, mask=mask)
+            # Re-read per row (an L1/L2 hit) instead of pinning BLOCK more registers.
+            u = dy * (tl.load(W + cols, mask=mask, other=0.0).to(ACC) + offset)
+        else:
+            u = dy
+        if ONE_TILE:
+            mean_ux = tl.sum(u * x, axis=0) / N
+        else:
+            mean_ux = tl.load(MEAN_UX + row)
+        dx = (u - x * (rstd * rstd * mean_ux)) * rstd
+        if HAS_DH:
+            dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
+        tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_WEIGHT:
+            dw += dy * x * rstd
+    if HAS_WEIGHT:
+        tl.store(DW_PARTIAL + pid * N + cols, dw, mask=mask)
 
 
 @triton.jit
