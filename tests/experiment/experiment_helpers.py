@@ -1,0 +1,54 @@
+"""Helpers of the experiment tests: configs from the compose API, sized for the interpreter.
+
+Every run writes under pytest's tmp dirs (never the repo's outputs/ or checkpoints/). A module
+of its own (unique name: test dirs are not packages) so test files can import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from rmsnorm_kernel.experiment.paths import config_dir
+from rmsnorm_kernel.experiment.train import train
+
+#: Small enough that a 100-step Triton run through the interpreter takes seconds, not minutes.
+SMALL = [
+    "dataset.in_features=16",
+    "dataset.out_features=4",
+    "dataset.teacher_hidden=16",
+    "dataset.n_train=256",
+    "dataset.n_val=64",
+    "dataset.n_test=64",
+    "dataset.eval_batch_size=64",
+    "model.net.hidden_features=64",
+    "trainer.val_check_interval=50",
+    "~callbacks.rich_progress_bar",
+    "+trainer.enable_progress_bar=false",
+]
+
+
+def compose_cfg(
+    overrides: Sequence[str] = (),
+    out_dir: Path | None = None,
+    small: bool = True,
+    return_hydra_config: bool = False,
+) -> DictConfig:
+    """``conf/train.yaml`` + ``overrides``; outputs and checkpoints under ``out_dir``."""
+    paths = []
+    if out_dir is not None:
+        paths = [f"paths.output_dir={out_dir / 'run'}", f"paths.checkpoint_dir={out_dir / 'ckpt'}"]
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        return compose(
+            "train",
+            overrides=[*(SMALL if small else []), *paths, *overrides],
+            return_hydra_config=return_hydra_config,
+        )
+
+
+def run(out_dir: Path, *overrides: str) -> dict:
+    """``train(cfg)`` of a small config writing under ``out_dir``."""
+    return train(compose_cfg(overrides, out_dir))
