@@ -39,6 +39,12 @@ _DTYPE_NAMES = "float16, bfloat16, float32, float64"
 
 
 def _check_real(name: str, value: object, *, positive: bool) -> None:
+    if (
+        type(value) is float
+        and -FLOAT32_MAX <= value <= FLOAT32_MAX
+        and (value > 0 or not positive)
+    ):
+        return  # the hot path: a plain, valid Python float
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number (got {type(value).__name__} {value!r})")
     if not math.isfinite(float(value)):

@@ -36,7 +36,9 @@ def _forward(x, weight, residual, eps, offset):
     y, h, rstd = ops.launch_forward(x2, weight, res2, eps, offset, ops.output_dtype(x, weight))
     CALLS["forward"] += 1
     saved = x2 if h is None else h  # the kernel's input: x, or the rounded x + residual
-    return y.view(x.shape), (None if h is None else h.view(x.shape)), saved, rstd
+    if x.dim() != 2:
+        y, h = y.view(x.shape), (None if h is None else h.view(x.shape))
+    return y, h, saved, rstd
 
 
 def _backward(dy, dh, saved, weight, rstd, offset, x_dtype):
@@ -179,5 +181,13 @@ def rmsnorm(
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
             x, weight, residual, float(eps), float(offset)
         )
+        return y if residual is None else (y, h)
+    if not torch.is_grad_enabled() or not (
+        x.requires_grad
+        or (weight is not None and weight.requires_grad)
+        or (residual is not None and residual.requires_grad)
+    ):
+        # Nothing to differentiate: skip autograd.Function's bookkeeping (inference hot path).
+        y, h, _, _ = _forward(x, weight, residual, float(eps), float(offset))
         return y if residual is None else (y, h)
     return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual)
