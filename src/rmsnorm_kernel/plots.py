@@ -88,7 +88,7 @@ def plot_checks(check_dir: Path, fig_dir: Path) -> list[Path]:
                 f"{env['device']} / {env['backend']}",
                 fontsize=10,
             )
-            ax.legend(fontsize=7, ncol=4, loc="upper left")
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             ax.grid(alpha=0.3)
         axes[-1, 0].set_xlabel("case index (see the JSON's `cases` for names)")
         fig.tight_layout()

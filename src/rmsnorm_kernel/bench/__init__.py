@@ -1,0 +1,1 @@
+"""Benchmark suite: the seed's CUDA-event protocol, reference vs kernel vs peers."""

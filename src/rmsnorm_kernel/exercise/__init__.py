@@ -1,0 +1,1 @@
+"""The exercise: deliberately broken seed-style kernels (mutants) and the run that kills them."""

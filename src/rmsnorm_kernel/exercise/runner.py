@@ -1,0 +1,154 @@
+"""`exercise`: the seed's exercise generalised into mutation testing.
+
+1. The seed's hypothesis, checked with numbers: a row of N ones (gamma = 1, eps = 1e-6) through
+   the BLOCK-denominator mutant gives ~0.9999995 at N=256 (BLOCK == N: the bug hides) and
+   ~1.411458 at N=257 (BLOCK = 512: mean(x^2) = 257/512).
+2. The unmutated control passes every case (otherwise a "kill" would prove nothing).
+3. Each mutant runs through the campaign checks (y, dx, dgamma against the float64 oracle, with the
+   campaign tolerances), case after case; the first failing element kills it. A mutant that passes
+   every case *survives* and the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from rmsnorm_kernel.campaigns.cases import build_cases
+from rmsnorm_kernel.campaigns.evaluate import evaluate_case
+from rmsnorm_kernel.campaigns.report import environment, fmt, write_json
+from rmsnorm_kernel.exercise.mutants import MUTANTS, mutant_rmsnorm
+
+QUANTITIES = ("y", "dx", "dgamma")
+CAMPAIGN_OF = {"y": "check-forward", "dx": "check-backward", "dgamma": "check-gamma"}
+
+
+def block_demo(demo: Mapping, device) -> dict:
+    """Row of N ones through the control and mutant 1, at n_pass and n_fail."""
+    out = {}
+    for n in (int(demo["n_pass"]), int(demo["n_fail"])):
+        x = torch.ones(1, n, device=device)
+        w = torch.ones(n, device=device)
+        for mutation in (0, 1):
+            y = mutant_rmsnorm(mutation)(x, w, 1e-6)
+            out[f"N={n} mutant={mutation}"] = float(y[0, 0])
+    n_pass, n_fail = int(demo["n_pass"]), int(demo["n_fail"])
+    atol = float(demo["atol"])
+    expected = {
+        f"N={n_pass} mutant=0": float(demo["correct"]),
+        f"N={n_pass} mutant=1": float(demo["correct"]),  # BLOCK == N: the bug hides
+        f"N={n_fail} mutant=0": float(demo["correct"]),
+        f"N={n_fail} mutant=1": float(demo["mutant"]),  # 1 / sqrt(257/512 + eps)
+    }
+    ok = all(abs(out[k] - v) <= atol for k, v in expected.items())
+    return {"values": out, "expected": expected, "atol": atol, "passed": ok}
+
+
+def hunt(mutation: int, cases, ccfg: Mapping, device, stop_at_first: bool) -> dict:
+    """Run the campaign checks on one mutant; returns its record."""
+    impl = mutant_rmsnorm(mutation)
+    tolerances = {k: dict(v) for k, v in ccfg["tolerances"].items()}
+    record = {"id": mutation, **{k: v for k, v in vars(MUTANTS[mutation]).items() if k != "id"},
+              "cases_run": 0, "caught_by": [], "first_catch": None}
+    for case in cases:
+        with warnings.catch_warnings():  # mutant 6 overflows fp16 on purpose (interpreter warns)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = evaluate_case(case, impl, QUANTITIES, eps=float(ccfg["eps"]),
+                                seed=int(ccfg["seed"]), device=device, tolerances=tolerances)
+        record["cases_run"] += 1
+        if res.status in ("fail", "error"):
+            failing = [q for q, qr in res.quantities.items() if not qr.passed]
+            catch = {
+                "case": case.name,
+                "campaigns": [CAMPAIGN_OF[q] for q in failing] or ["error"],
+                "max_abs_err": {q: res.quantities[q].max_abs_err for q in failing},
+                "failing_elements": {q: res.quantities[q].failing_elements for q in failing},
+                "message": res.message,
+            }
+            record["caught_by"].append(catch)
+            if record["first_catch"] is None:
+                record["first_catch"] = catch
+            if stop_at_first:
+                break
+    record["killed"] = record["first_catch"] is not None
+    return record
+
+
+def run_exercise(cfg, console: Console | None = None) -> int:
+    from rmsnorm_kernel.backend import kernel_device
+
+    console = console or Console()
+    if "exercise" not in cfg:
+        console.print("[red]error:[/red] no `exercise` config: run with experiment=exercise "
+                      "(python -m rmsnorm_kernel.cli exercise does this by default)")
+        return 2
+    ecfg, ccfg = cfg.exercise, cfg.campaign
+    device = kernel_device()
+    cases = [c for c in build_cases(ccfg["catalogue"], ecfg["grids"]) if c.seed_contract]
+    if not cases:
+        console.print("[red]error:[/red] the exercise needs seed-contract cases "
+                      "(2-D contiguous fp32/fp16, N <= 4096)")
+        return 2
+
+    demo = block_demo(ecfg["block_demo"], device)
+    table = Table(title="The seed's exercise: a row of N ones, gamma = 1, eps = 1e-6")
+    for col in ("N", "BLOCK", "divide by N (control)", "divide by BLOCK (mutant 1)", "bug visible"):
+        table.add_column(col, justify="right")
+    for n in (int(ecfg.block_demo.n_pass), int(ecfg.block_demo.n_fail)):
+        good, bad = demo["values"][f"N={n} mutant=0"], demo["values"][f"N={n} mutant=1"]
+        block = 1 << (n - 1).bit_length()
+        table.add_row(str(n), str(block), f"{good:.7f}", f"{bad:.7f}",
+                      "yes" if abs(good - bad) > 1e-6 else "no")
+    console.print(table)
+    if not demo["passed"]:
+        console.print(f"[red]FAIL[/red] block demo: expected {demo['expected']}, "
+                      f"got {demo['values']}")
+
+    records = []
+    control_ok = True
+    if ecfg.get("control", True):
+        console.print(f"control (unmutated kernels) on {len(cases)} cases...")
+        control = hunt(0, cases, ccfg, device, stop_at_first=False)
+        control_ok = not control["killed"]
+        records.append(control)
+    for mutation in ecfg["mutants"]:
+        console.print(f"mutant {mutation} ({MUTANTS[int(mutation)].name})...")
+        records.append(hunt(int(mutation), cases, ccfg, device, stop_at_first=True))
+
+    results = Table(title=f"exercise: {len(records) - int(bool(ecfg.get('control', True)))} "
+                          f"mutants on {len(cases)} cases (first catching case, in case order)")
+    for col in ("id", "mutant", "planted bug", "result", "first catching case", "caught by",
+                "max abs err", "cases run"):
+        results.add_column(col)
+    for r in records:
+        fc = r["first_catch"]
+        if r["id"] == 0:
+            verdict = "[green]passes[/green]" if not r["killed"] else "[red]FAILS[/red]"
+        else:
+            verdict = "[green]killed[/green]" if r["killed"] else "[red]SURVIVED[/red]"
+        errs = ", ".join(f"{q} {fmt(e)}" for q, e in fc["max_abs_err"].items()) if fc else "-"
+        results.add_row(str(r["id"]), r["name"], r["bug"], verdict, fc["case"] if fc else "-",
+                        ", ".join(fc["campaigns"]) if fc else "-", errs, str(r["cases_run"]))
+    console.print(results)
+
+    survivors = [r for r in records if r["id"] != 0 and not r["killed"]]
+    ok = demo["passed"] and control_ok and not survivors
+    out_dir = Path(ecfg.get("out_dir", "outputs/exercise"))
+    path = write_json({"command": "exercise", "environment": environment(),
+                       "cases": [c.name for c in cases], "block_demo": demo,
+                       "control_passed": control_ok, "mutants": records,
+                       "survivors": [r["id"] for r in survivors], "passed": ok},
+                      out_dir / "exercise.json")
+    if not control_ok:
+        console.print("[red]FAIL[/red] the unmutated control fails a case: a kill proves nothing")
+    for r in survivors:
+        console.print(f"[red]SURVIVED[/red] mutant {r['id']} ({r['name']}): no case catches it")
+    verdict = "[green]PASS[/green]" if ok else "[red]FAIL[/red]"
+    console.print(f"{verdict} exercise: {sum(r['killed'] for r in records if r['id'])}/"
+                  f"{len([r for r in records if r['id']])} mutants killed -> {path}")
+    return 0 if ok else 1

@@ -1,0 +1,89 @@
+"""check-forward / check-backward / check-gamma: cases, tolerances, JSON, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cli_helpers import read_json, run_cli
+from omegaconf import OmegaConf
+
+from rmsnorm_kernel.campaigns.cases import build_cases, make_inputs
+from rmsnorm_kernel.campaigns.runner import run_campaign
+from rmsnorm_kernel.cli import compose
+from rmsnorm_kernel.exercise.mutants import mutant_rmsnorm
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return compose()
+
+
+def test_seed_grid_is_the_seeds_72_cases(cfg):
+    cases = build_cases(cfg.campaign.catalogue, ["seed"])
+    assert len(cases) == 72
+    assert {c.m for c in cases} >= {1, 17}
+    assert {c.n for c in cases} >= {256, 257, 4096}  # BLOCK == N, BLOCK > N, the seed's max
+    assert any(c.n & (c.n - 1) for c in cases if c.n not in (257,))  # another non-power of two
+    assert {c.dtype for c in cases} == {"float32", "float16"}
+    assert {c.inputs for c in cases} == {"unit", "random", "wide"}  # gamma = 1 and varied
+    assert all(c.seed_contract for c in cases)
+
+
+def test_default_grids_go_beyond_the_seed(cfg):
+    cases = build_cases(cfg.campaign.catalogue, cfg.campaign.grids)
+    assert len(cases) > 72
+    assert {"bfloat16", "float64"} <= {c.dtype for c in cases}
+    assert max(c.n for c in cases) >= 65536
+    assert {"batched", "strided"} <= {c.layout for c in cases}
+    assert any(c.residual for c in cases) and any(c.offset for c in cases)
+    assert any(c.weight == "none" for c in cases)
+
+
+def test_tolerances_are_the_issues(cfg):
+    tol = OmegaConf.to_container(cfg.campaign.tolerances)
+    assert tol["float32"] == {"atol": 1e-5, "rtol": 1e-4}
+    assert tol["float16"] == {"atol": 3e-3, "rtol": 3e-3}
+    assert tol["bfloat16"] == {"atol": 1.6e-2, "rtol": 1.6e-2}
+
+
+def test_inputs_depend_only_on_the_case(cfg):
+    case = build_cases(cfg.campaign.catalogue, ["seed"])[5]
+    a, b = make_inputs(case, "cpu"), make_inputs(case, "cpu")
+    assert torch.equal(a.x, b.x) and torch.equal(a.dy, b.dy)
+    strided = next(c for c in build_cases(cfg.campaign.catalogue, ["beyond"])
+                   if c.layout == "strided")
+    x = make_inputs(strided, "cpu").x
+    assert not x.is_contiguous() and x.stride() == (strided.n + 64, 1)
+
+
+@pytest.mark.parametrize("command,quantity", [("check-forward", "y"), ("check-backward", "dx"),
+                                              ("check-gamma", "dgamma")])
+def test_campaign_passes_and_writes_json(smoke_checks, command, quantity):
+    payload = read_json(smoke_checks / f"{command}.json")
+    assert payload["passed"] and payload["quantity"] == quantity
+    assert payload["counts"] == {"cases": 16, "passed": 16, "failed": 0, "skipped": 0}
+    assert set(payload["summary"]) == {"float32", "float16"}
+    for case in payload["cases"]:
+        assert case["max_abs_err"] <= case["atol"] + case["rtol"] * 100  # sane magnitude
+        assert case["failing_elements"] == 0
+        assert case["ratio"] is not None and case["torch_max_abs_err"] >= 0
+
+
+def test_a_broken_kernel_fails_the_campaign(cfg, tmp_path):
+    """Mutant 1 (divides by BLOCK): passes at N=256, fails at N=257, campaign fails."""
+    ccfg = OmegaConf.to_container(cfg.campaign, resolve=True)
+    ccfg["grids"] = ["smoke"]
+    payload = run_campaign("check-forward", ccfg, impl=mutant_rmsnorm(1), out_dir=tmp_path)
+    assert not payload["passed"]
+    by_n = {}
+    for case in payload["cases"]:
+        by_n.setdefault(case["n"], set()).add(case["status"])
+    assert by_n[256] == {"pass"} and by_n[257] == {"fail"}
+
+
+def test_exit_code_non_zero_on_failure(tmp_path):
+    """A case outside the tolerance makes the command exit non-zero (fp32 atol/rtol of 0)."""
+    code = run_cli("check-forward", "campaign.grids=[smoke]", f"campaign.out_dir={tmp_path}",
+                   "campaign.tolerances.float32.atol=0", "campaign.tolerances.float32.rtol=0")
+    assert code == 1
+    assert not read_json(tmp_path / "check-forward.json")["passed"]

@@ -1,0 +1,87 @@
+"""reference, plot, benchmark (refusal without a GPU), check-environment, check-checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from cli_helpers import read_json, run_cli
+
+from rmsnorm_kernel.cli import main
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-GPU refusal")
+
+
+def test_reference_checks_oracle_and_writes_splits(tmp_path):
+    assert run_cli("reference", f"campaign.data_dir={tmp_path}") == 0
+    manifest = read_json(tmp_path / "manifest.json")
+    assert set(manifest["splits"]) == {"train", "val", "test"}
+    assert manifest["deterministic"] and isinstance(manifest["seed"], int)
+    for split in manifest["splits"].values():
+        data = (tmp_path / split["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == split["sha256"]
+        assert split["rows"] == split["inputs"]["shape"][0] > 0
+    oracle = read_json(tmp_path / "oracle.json")
+    assert all(c["passed"] for c in oracle["checks"])
+    assert any(c["check"].startswith("gradcheck") for c in oracle["checks"])
+
+
+def test_plot_writes_pngs(smoke_checks, tmp_path):
+    figs = tmp_path / "figures"
+    code = run_cli("plot", f"campaign.out_dir={smoke_checks}",
+                   f"benchmark.out_dir={tmp_path / 'none'}", "--out", str(figs))
+    assert code == 0
+    for name in ("check-errors.png", "check-tolerance.png"):
+        assert (figs / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_any_json_fails(tmp_path):
+    assert run_cli("plot", f"campaign.out_dir={tmp_path}", f"benchmark.out_dir={tmp_path}",
+                   "--out", str(tmp_path / "f")) == 1
+
+
+@needs_no_gpu
+def test_benchmark_refuses_without_gpu(tmp_path, capsys):
+    code = run_cli("benchmark", f"benchmark.out_dir={tmp_path}")
+    assert code != 0
+    out = capsys.readouterr().out
+    assert "needs a CUDA GPU" in out
+    assert not (tmp_path / "benchmark.json").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_benchmark_on_gpu_reports_every_peer(tmp_path):
+    code = run_cli("benchmark", f"benchmark.out_dir={tmp_path}", "benchmark.samples=3",
+                   "benchmark.calls_per_sample=2", "benchmark.warmup_calls=2",
+                   "benchmark.shapes=[{m:128,n:257,dtype:float32}]")
+    assert code == 0
+    rows = read_json(tmp_path / "benchmark.json")["results"]
+    impls = {r["implementation"] for r in rows}
+    assert impls == {"reference", "kernel", "torch_rms_norm", "torch_compile_reference",
+                     "liger", "quack"}  # missing peers are listed as "not installed"
+    for r in rows:
+        if r["implementation"] in ("reference", "kernel"):
+            assert r["status"] == "ok" and r["median_us"] > 0 and r["gb_per_s"] > 0
+
+
+def test_check_environment(capsys):
+    assert main(["check-environment"]) == 0
+    out = capsys.readouterr().out
+    if torch.cuda.is_available():
+        assert "on the GPU" in out
+    else:
+        assert "interpreter" in out and "in the interpreter" in out
+
+
+def test_check_checkpoints_without_checkpoints_fails(tmp_path, capsys):
+    assert run_cli("check-checkpoints", f"paths.checkpoint_dir={tmp_path}") == 1
+    assert "no checkpoints" in capsys.readouterr().out
+
+
+def test_check_checkpoints_rejects_a_bad_file(tmp_path, capsys):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    assert run_cli("check-checkpoints", f"paths.checkpoint_dir={tmp_path}") == 1
+    assert "FAIL" in capsys.readouterr().out

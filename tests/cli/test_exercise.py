@@ -1,0 +1,50 @@
+"""exercise: the seed's BLOCK-denominator figures, and every mutant killed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cli_helpers import read_json, run_cli
+
+from rmsnorm_kernel.exercise.mutants import MUTANTS, mutant_rmsnorm
+
+
+@pytest.mark.parametrize("n,expected", [(256, 0.9999995), (257, 1.411458)])
+def test_block_mutant_reproduces_the_seeds_table(n, expected):
+    x, w = torch.ones(1, n), torch.ones(n)
+    y_mutant = mutant_rmsnorm(1)(x, w, 1e-6)
+    y_control = mutant_rmsnorm(0)(x, w, 1e-6)
+    assert torch.allclose(y_mutant, torch.full_like(y_mutant, expected), atol=1e-6)
+    assert torch.allclose(y_control, torch.full_like(y_control, 0.9999995), atol=1e-6)
+
+
+def test_required_mutants_exist():
+    names = {m.name for m in MUTANTS.values()}
+    assert {"forward-block-mean", "backward-block-mean", "dgamma-row-mean", "missing-r3-term",
+            "rows-by-block", "no-fp32-upcast"} <= names
+
+
+def test_every_mutant_is_killed(tmp_path):
+    code = run_cli("exercise", "exercise.grids=[smoke]", f"exercise.out_dir={tmp_path}")
+    report = read_json(tmp_path / "exercise.json")
+    assert code == 0, report["survivors"]
+    assert report["control_passed"] and report["block_demo"]["passed"]
+    records = {r["id"]: r for r in report["mutants"]}
+    assert set(records) == set(MUTANTS)  # control + all mutants
+    assert not records[0]["killed"]
+    for mid in set(MUTANTS) - {0}:
+        assert records[mid]["killed"], f"mutant {mid} survived"
+    first = {mid: records[mid]["first_catch"]["case"] for mid in records if mid}
+    assert "N257" in first[1] and "N257" in first[2]  # BLOCK bugs hide at N=256
+    assert first[3].startswith("M17")  # sum vs mean needs M > 1
+    assert first[5].startswith("M17xN257")  # row addressing needs M > 1 and N != BLOCK
+    assert "fp16/wide" in first[6]  # fp16 squares overflow without the upcast
+
+
+def test_a_surviving_mutant_fails_the_exercise(tmp_path):
+    """Only N=256 cases: the BLOCK-denominator mutant survives and the exit code says so."""
+    code = run_cli("exercise", "+campaign.catalogue.n256=[{m:[1],n:[256],dtype:[float32]}]",
+                   "exercise.grids=[n256]", "exercise.mutants=[1]", "exercise.control=false",
+                   f"exercise.out_dir={tmp_path}")
+    assert code == 1
+    assert read_json(tmp_path / "exercise.json")["survivors"] == [1]
