@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from kernel_helpers import assert_close
 
 import rmsnorm_kernel as rk
-from conftest import assert_close
 
 
 def test_compile_fullgraph_forward_backward(device):

@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 import torch
+from kernel_helpers import assert_close, oracle
 
 import rmsnorm_kernel as rk
-from conftest import assert_close, oracle
 
 
 def _run(x, w, dy, **kw):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_helpers import assert_close, oracle
 
 import rmsnorm_kernel as rk
-from conftest import assert_close, oracle
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 SIZES = [(m, n) for m in (1, 17) for n in (1, 255, 256, 257, 1000, 4096)] + [

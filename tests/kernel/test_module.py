@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_helpers import assert_close
 
 import rmsnorm_kernel as rk
-from conftest import assert_close
 
 
 @pytest.mark.parametrize("shape", [16, (16,), (4, 8)])
