@@ -10,10 +10,10 @@ from rmsnorm_kernel.exercise.mutants import MUTANTS, mutant_rmsnorm
 
 
 @pytest.mark.parametrize("n,expected", [(256, 0.9999995), (257, 1.411458)])
-def test_block_mutant_reproduces_the_seeds_table(n, expected):
-    x, w = torch.ones(1, n), torch.ones(n)
-    y_mutant = mutant_rmsnorm(1)(x, w, 1e-6)
-    y_control = mutant_rmsnorm(0)(x, w, 1e-6)
+def test_block_mutant_reproduces_the_seeds_table(n, expected, device):
+    x, w = torch.ones(1, n, device=device), torch.ones(n, device=device)
+    y_mutant = mutant_rmsnorm(1)(x, w, 1e-6).cpu()
+    y_control = mutant_rmsnorm(0)(x, w, 1e-6).cpu()
     assert torch.allclose(y_mutant, torch.full_like(y_mutant, expected), atol=1e-6)
     assert torch.allclose(y_control, torch.full_like(y_control, 0.9999995), atol=1e-6)
 

@@ -27,9 +27,9 @@ def test_another_seed_gives_other_weights():
     assert not torch.equal(a["fc1.weight"], b["fc1.weight"])
 
 
-def test_branches_agree_on_a_forward():
-    x = torch.randn(8, 16)
-    outs = {n: build(compose_cfg([f"norm={n}"]))[1].net(x) for n in NORMS}
+def test_branches_agree_on_a_forward(device):
+    x = torch.randn(8, 16, device=device)
+    outs = {n: build(compose_cfg([f"norm={n}"]))[1].net.to(device)(x) for n in NORMS}
     for norm in NORMS:
         assert outs[norm].shape == (8, 4)
         torch.testing.assert_close(outs[norm], outs["reference"], atol=1e-5, rtol=1e-4)

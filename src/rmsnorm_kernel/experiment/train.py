@@ -96,7 +96,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "norm": cfg.norm.name,
         "seed": int(cfg.seed),
         "output_dir": str(output_dir),
-        "device": str(model.device),
+        # the device training ran on (the model itself is back on the CPU after teardown)
+        "device": str(trainer.strategy.root_device),
     }
     for callback in callbacks.values():
         metrics.update(getattr(callback, "result", {}))
