@@ -14,6 +14,8 @@ export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src
 python3 -c "import quack, liger_kernel; print('quack', quack.__version__ if hasattr(quack, '__version__') else '?')"
 timeout 280 python3 experiments/kernel_vs_peers/bench.py --out "$out/peers.json" > "$out/peers.log" 2>&1
 echo "peers rc=$?"; tail -62 "$out/peers.log"
+timeout 200 python3 experiments/kernel_vs_peers/overhead.py > "$out/gpu_time.log" 2>&1
+echo "gpu time rc=$?"; grep -E "^---|fwd" "$out/gpu_time.log"
 timeout 250 python3 -m rmsnorm_kernel.cli benchmark > "$out/seed_benchmark.log" 2>&1
 echo "seed benchmark rc=$?"; tail -40 "$out/seed_benchmark.log"
 cp outputs/benchmark/*.json "$out/" 2>/dev/null

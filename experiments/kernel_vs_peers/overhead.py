@@ -58,6 +58,12 @@ def main():
         impls["liger_kernel"] = lambda x, w: liger_rms_norm(x, w, EPS)
     except ImportError as err:
         print("liger not installed", err)
+    try:
+        from quack import rmsnorm as quack_rmsnorm
+
+        impls["quack"] = lambda x, w: quack_rmsnorm(x, w, eps=EPS)
+    except ImportError as err:
+        print("quack not installed", err)
     for m, n, dtype in [
         (128, 257, torch.float32),
         (16384, 4096, torch.bfloat16),

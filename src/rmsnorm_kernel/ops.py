@@ -21,15 +21,20 @@ from .contract import check_contract
 MAX_FUSED_N = 65536
 #: Chunk width for rows wider than MAX_FUSED_N: 8 values per thread at 32 warps, loads stay wide.
 LOOP_BLOCK = 8192
-#: Backward: widest row kept whole in one program. The backward holds x, dy and the dweight
-#: partial per thread (3 vectors); at 16 warps 8192 columns is 16 values each, and wider rows
-#: spill (measured on the H200: 65536 in one pass took 1.5 ms for 1024 rows, 5x the fwd).
-MAX_FUSED_N_BWD = 8192
+#: Backward: widest row kept whole in one program. Measured on the H200 (tune.py, bf16, 1.5 GB
+#: moved): one pass reaches 3.6 TB/s at 16384 columns (8 warps), while 65536 in one pass took
+#: 1.5 ms for 1024 rows (spills), so wider rows take the column-tile path (~2.5 TB/s).
+MAX_FUSED_N_BWD = 16384
 #: Column tile for wider backward rows (after a separate mean(u*x) row reduction).
 BWD_TILE = 4096
-#: Backward persistent grid: programs per SM. Two let one program's reduction overlap the other's
-#: loads; the grid size fixes the order of dweight additions, so it must not depend on timing.
-PROGRAMS_PER_SM = 2
+#: Warps of a column tile: 16 and 32 measured equal (645 us), 4 slower (727 us) at N >= 32768.
+BWD_TILE_WARPS = 16
+#: Backward persistent grid: programs per SM. Short rows need more programs in flight to keep
+#: memory busy: on the H200 (tune.py --programs-per-sm, bf16, 1.5 GB moved) the best was 8 per SM
+#: at 1024 columns (456 us vs 948 us with 2), 4 at 2048, and 2 from 4096 up, i.e. ~8192 / BLOCK.
+#: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
+MIN_PROGRAMS_PER_SM = 2
+MAX_PROGRAMS_PER_SM = 8
 #: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials.
 INTERPRETER_PROGRAMS = 4
 #: Budget for the dweight partials (programs x N x ACC bytes): the seed's 64 MiB, now independent
@@ -76,18 +81,27 @@ def _num_warps(block: int) -> int:
     return 4
 
 
+def _bwd_num_warps(block: int) -> int:
+    # The one-pass backward keeps x, dy and the dweight partial live: ~64 values per thread per
+    # vector was fastest on the H200 (8192 columns: 4 warps 438 us, 16 warps 519 us).
+    return max(4, min(32, block // 2048))
+
+
 @functools.cache
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _row_groups(m: int, n: int, tiles: int, device: torch.device, acc_bytes: int) -> int:
+def _row_groups(
+    m: int, n: int, block: int, tiles: int, device: torch.device, acc_bytes: int
+) -> int:
     """Row groups of the persistent backward grid (``groups x tiles`` programs in all)."""
     if BACKEND == "interpreter" or device.type != "cuda":
         programs = INTERPRETER_PROGRAMS
     else:
         index = device.index if device.index is not None else torch.cuda.current_device()
-        programs = _sm_count(index) * PROGRAMS_PER_SM
+        per_sm = max(MIN_PROGRAMS_PER_SM, min(MAX_PROGRAMS_PER_SM, 8192 // block))
+        programs = _sm_count(index) * per_sm
     budget = max(1, DW_SCRATCH_BYTES // (n * acc_bytes))
     return max(1, min(m, programs // tiles, budget))
 
@@ -186,7 +200,7 @@ def launch_backward(
             BLOCK=LOOP_BLOCK,
             num_warps=_num_warps(LOOP_BLOCK),
         )
-    groups = _row_groups(m, n, tiles, x2.device, acc.itemsize)
+    groups = _row_groups(m, n, block, tiles, x2.device, acc.itemsize)
     rows_per_program = triton.cdiv(m, groups)
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
     partial = rstd  # placeholder pointer without a weight
@@ -213,7 +227,7 @@ def launch_backward(
         ACC=_TL_DTYPES[acc],
         BLOCK=block,
         ONE_TILE=one_tile,
-        num_warps=_num_warps(block),
+        num_warps=_bwd_num_warps(block) if one_tile else BWD_TILE_WARPS,
     )
     if weight is None:
         return dx, None
