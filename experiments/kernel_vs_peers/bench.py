@@ -106,6 +106,9 @@ def main() -> int:
     shapes = SHAPES[:4] if args.quick else SHAPES
     rows = []
     for m, n, dtype in shapes:
+        # A fresh Dynamo cache per shape: with one compiled function for all shapes, Dynamo's
+        # recompile limit (8) silently ran the 9th shape on eagerly (seen in the 2026-11-29 run).
+        torch._dynamo.reset()
         for name, fn in impls.items():
             row = {"impl": name, "M": m, "N": n, "dtype": str(dtype).replace("torch.", "")}
             if isinstance(fn, str):
