@@ -42,3 +42,23 @@ def assert_close(actual, expected, dtype, what):
     torch.testing.assert_close(
         actual.double().cpu(), expected.double().cpu(), msg=lambda m: f"{what}: {m}", **tol
     )
+
+
+def check_against_oracle(x, weight, dtype, eps=1e-6, **kwargs):
+    """Run ``rmsnorm`` forward + backward on fresh leaves; assert y, dx, dweight vs the oracle.
+
+    ``dtype`` selects the tolerances. Returns ``(x, weight, y)`` (the leaves carry ``.grad``).
+    """
+    x = x.detach().requires_grad_()
+    weight = None if weight is None else weight.detach().requires_grad_()
+    y = rk.rmsnorm(x, weight, eps, **kwargs)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_ref, _, dx_ref, dw_ref, _ = oracle(x, weight, dy, eps, **kwargs)
+    assert y.dtype == x.dtype and x.grad.dtype == x.dtype
+    assert_close(y, y_ref, dtype, "y")
+    assert_close(x.grad, dx_ref, dtype, "dx")
+    if weight is not None:
+        assert weight.grad.dtype == weight.dtype
+        assert_close(weight.grad, dw_ref, dtype, "dweight")
+    return x, weight, y

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import assert_close, oracle
+from kernel_helpers import assert_close, check_against_oracle, oracle
 
 import rmsnorm_kernel as rk
 
@@ -16,16 +16,9 @@ WIDE = [8192, 12288, 16384, 32768, 65536, 65537, 131072, 262144]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n", WIDE)
 def test_wide_rows_gpu(n, dtype):
-    m = 64
-    x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
-    w = (1 + 0.3 * torch.randn(n, device="cuda")).to(dtype).requires_grad_()
-    y = rk.rmsnorm(x, w, 1e-6)
-    dy = torch.randn_like(y)
-    y.backward(dy)
-    y_ref, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
-    assert_close(y, y_ref, dtype, "y")
-    assert_close(x.grad, dx_ref, dtype, "dx")
-    assert_close(w.grad, dw_ref, dtype, "dweight")
+    x = torch.randn(64, n, device="cuda", dtype=dtype)
+    w = (1 + 0.3 * torch.randn(n, device="cuda")).to(dtype)
+    check_against_oracle(x, w, dtype)
 
 
 @pytest.mark.parametrize("m,n", [(65536, 4096), (4097, 4096), (100_000, 128)])
