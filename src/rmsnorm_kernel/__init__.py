@@ -12,7 +12,14 @@ Kernel layer (imports only torch and triton)::
 """
 
 from .backend import BACKEND  # first: sets TRITON_INTERPRET before kernels are decorated
-from .contract import MAX_N, SEED_MAX_N, SUPPORTED_DTYPES, check_contract
+from .contract import (
+    MAX_N,
+    SEED_MAX_N,
+    SUPPORTED_DTYPES,
+    ContractTypeError,
+    ContractValueError,
+    check_contract,
+)
 from .function import CALLS, RMSNormFunction, reset_calls, rmsnorm
 from .module import RMSNorm
 from .ops import COPIES, backward_op, forward_op
@@ -22,6 +29,8 @@ __all__ = [
     "BACKEND",
     "CALLS",
     "COPIES",
+    "ContractTypeError",
+    "ContractValueError",
     "MAX_N",
     "SEED_MAX_N",
     "SUPPORTED_DTYPES",

@@ -1,5 +1,8 @@
 """Every rule the kernels rely on, checked before any output is allocated.
 
+Errors are ``ContractValueError`` / ``ContractTypeError``: subclasses of ``ValueError`` /
+``TypeError`` and also of ``RuntimeError`` (what PyTorch's own RMSNorm raises).
+
 One place to read what is supported and what is refused. Each error names the argument, the rule
 and what was received, e.g. ``"weight must have shape (N,) = (257,) (got (256,))"``.
 
@@ -34,6 +37,17 @@ SEED_MAX_N = 4096
 MAX_N = 1 << 20
 #: eps and offset reach the kernels as float32 pairs (see ops.split_float).
 FLOAT32_MAX = 3.4028234663852886e38
+
+
+class ContractValueError(ValueError, RuntimeError):
+    """A value the kernels cannot take. Also a ``RuntimeError``, which is what PyTorch's own
+    ``F.rms_norm`` / ``nn.RMSNorm`` raise, so code written against them keeps catching it."""
+
+
+class ContractTypeError(TypeError, RuntimeError):
+    """A type the kernels cannot take (see :class:`ContractValueError` for the base classes)."""
+
+
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _DTYPE_NAMES = "float16, bfloat16, float32, float64"
 
@@ -46,26 +60,28 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
     ):
         return  # the hot path: a plain, valid Python float
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number (got {type(value).__name__} {value!r})")
+        raise ContractTypeError(
+            f"{name} must be a real number (got {type(value).__name__} {value!r})"
+        )
     if not math.isfinite(float(value)):
-        raise ValueError(f"{name} must be finite (got {value!r})")
+        raise ContractValueError(f"{name} must be finite (got {value!r})")
     if abs(float(value)) > FLOAT32_MAX:
-        raise ValueError(
+        raise ContractValueError(
             f"{name} must fit in float32, |{name}| <= {FLOAT32_MAX:.4g} (got {value!r})"
         )
     if positive and not float(value) > 0:
-        raise ValueError(f"{name} must be > 0 (got {value!r})")
+        raise ContractValueError(f"{name} must be > 0 (got {value!r})")
 
 
 def _check_device(x: torch.Tensor) -> None:
     if BACKEND == "cuda" and x.device.type != "cuda":
-        raise ValueError(
+        raise ContractValueError(
             "x must be on a CUDA device: kernels are compiled for the GPU "
             f"(got device {x.device}); "
             "move it with .cuda() or set TRITON_INTERPRET=1 before importing rmsnorm_kernel"
         )
     if x.device.type not in ("cuda", "cpu"):
-        raise ValueError(f"x must be on a cpu or cuda device (got {x.device})")
+        raise ContractValueError(f"x must be on a cpu or cuda device (got {x.device})")
 
 
 def check_contract(
@@ -78,42 +94,56 @@ def check_contract(
 ) -> None:
     """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
+        raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
     if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"x must have dtype in ({_DTYPE_NAMES}) (got {x.dtype})")
+        raise ContractTypeError(f"x must have dtype in ({_DTYPE_NAMES}) (got {x.dtype})")
     if x.dim() < 1:
-        raise ValueError(f"x must have at least 1 dim [..., N] (got shape {tuple(x.shape)})")
+        raise ContractValueError(
+            f"x must have at least 1 dim [..., N] (got shape {tuple(x.shape)})"
+        )
     n = x.shape[-1]
     if not 1 <= n <= MAX_N:
-        raise ValueError(f"x's last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
+        raise ContractValueError(f"x's last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
     _check_device(x)
     _check_real("eps", eps, positive=True)
     _check_real("offset", offset, positive=False)
 
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
-            raise TypeError(f"weight must be a torch.Tensor or None (got {type(weight).__name__})")
+            raise ContractTypeError(
+                f"weight must be a torch.Tensor or None (got {type(weight).__name__})"
+            )
         if weight.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"weight must have dtype in ({_DTYPE_NAMES}) (got {weight.dtype})")
+            raise ContractTypeError(
+                f"weight must have dtype in ({_DTYPE_NAMES}) (got {weight.dtype})"
+            )
         if tuple(weight.shape) != (n,):
-            raise ValueError(f"weight must have shape (N,) = ({n},) (got {tuple(weight.shape)})")
+            raise ContractValueError(
+                f"weight must have shape (N,) = ({n},) (got {tuple(weight.shape)})"
+            )
         if weight.device != x.device:
-            raise ValueError(f"weight must be on x's device {x.device} (got {weight.device})")
+            raise ContractValueError(
+                f"weight must be on x's device {x.device} (got {weight.device})"
+            )
     elif float(offset) != 0.0:
-        raise ValueError(
+        raise ContractValueError(
             f"offset requires a weight: offset + weight scales y (got offset={offset})"
         )
 
     if residual is not None:
         if not isinstance(residual, torch.Tensor):
-            raise TypeError(
+            raise ContractTypeError(
                 f"residual must be a torch.Tensor or None (got {type(residual).__name__})"
             )
         if residual.shape != x.shape:
-            raise ValueError(
+            raise ContractValueError(
                 f"residual must have x's shape {tuple(x.shape)} (got {tuple(residual.shape)})"
             )
         if residual.dtype != x.dtype:
-            raise TypeError(f"residual must have x's dtype {x.dtype} (got {residual.dtype})")
+            raise ContractTypeError(
+                f"residual must have x's dtype {x.dtype} (got {residual.dtype})"
+            )
         if residual.device != x.device:
-            raise ValueError(f"residual must be on x's device {x.device} (got {residual.device})")
+            raise ContractValueError(
+                f"residual must be on x's device {x.device} (got {residual.device})"
+            )

@@ -7,6 +7,7 @@ import numbers
 import torch
 from torch import nn
 
+from .contract import ContractValueError
 from .function import rmsnorm
 
 
@@ -52,7 +53,7 @@ class RMSNorm(nn.Module):
         """``x [..., *normalized_shape]`` -> same shape."""
         k = len(self.normalized_shape)
         if tuple(x.shape[x.dim() - k :]) != self.normalized_shape or x.dim() < k:
-            raise ValueError(
+            raise ContractValueError(
                 f"x's trailing dims must equal normalized_shape {self.normalized_shape} "
                 f"(got shape {tuple(x.shape)})"
             )

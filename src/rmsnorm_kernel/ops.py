@@ -14,7 +14,7 @@ import triton
 
 from . import kernels
 from .backend import BACKEND
-from .contract import check_contract
+from .contract import ContractValueError, check_contract
 
 #: Forward: widest row kept whole in registers (the issue asks for 65536 in one pass; Liger's
 #: limit too). Wider rows are read in LOOP_BLOCK chunks, twice (the second read mostly hits L2).
@@ -274,12 +274,14 @@ def backward_op(
     """The seed's backward launcher: ``(dx [..., N], dweight [N] or None)``."""
     check_contract(x, weight)
     if dy.shape != x.shape or dy.device != x.device:
-        raise ValueError(
+        raise ContractValueError(
             f"dy must match x's shape {tuple(x.shape)} and device {x.device} "
             f"(got {tuple(dy.shape)} on {dy.device})"
         )
     m = x.numel() // x.shape[-1]
     if rstd.shape != (m,) or rstd.dtype != _acc_dtype(output_dtype(x, weight)):
-        raise ValueError(f"rstd must be forward_op's (M,) = ({m},) inverse RMS (got {rstd.shape})")
+        raise ContractValueError(
+            f"rstd must be forward_op's (M,) = ({m},) inverse RMS (got {rstd.shape})"
+        )
     dx, dw = launch_backward(as_rows(dy, "dy"), as_rows(x, "x"), weight, rstd, 0.0, None, x.dtype)
     return dx.view(x.shape), dw

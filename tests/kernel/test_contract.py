@@ -109,6 +109,7 @@ def test_refusals(name, build, error, fragment, device, no_launch):
     with pytest.raises(error, match=None) as info:
         rk.rmsnorm(x, weight, eps, **kwargs)
     assert fragment in str(info.value)
+    assert isinstance(info.value, RuntimeError), "PyTorch's RMSNorm raises RuntimeError too"
     assert rk.CALLS == {"forward": 0, "backward": 0}
 
 
