@@ -8,7 +8,7 @@ Kernel layer (imports only torch and triton)::
     kernels   the @triton.jit functions
     ops       launchers (block sizes, warps, grids)
     function  autograd.Function, torch.library ops, ``rmsnorm()``, ``CALLS``
-    module    ``RMSNorm``, a drop-in for ``torch.nn.RMSNorm``
+    module    ``RMSNorm`` / ``rms_norm``, drop-ins for ``torch.nn.RMSNorm`` / ``F.rms_norm``
 """
 
 from .backend import BACKEND  # first: sets TRITON_INTERPRET before kernels are decorated
@@ -21,7 +21,7 @@ from .contract import (
     check_contract,
 )
 from .function import CALLS, RMSNormFunction, reset_calls, rmsnorm
-from .module import RMSNorm
+from .module import RMSNorm, rms_norm
 from .ops import COPIES, backward_op, forward_op
 from .reference import manual_backward, rmsnorm_reference
 
@@ -41,6 +41,7 @@ __all__ = [
     "forward_op",
     "manual_backward",
     "reset_calls",
+    "rms_norm",
     "rmsnorm",
     "rmsnorm_reference",
 ]

@@ -1,4 +1,5 @@
-"""``RMSNorm``: a drop-in for ``torch.nn.RMSNorm`` that runs the Triton kernels."""
+"""``RMSNorm`` and ``rms_norm``: drop-ins for ``torch.nn.RMSNorm`` and
+``torch.nn.functional.rms_norm`` that run the Triton kernels."""
 
 from __future__ import annotations
 
@@ -9,6 +10,42 @@ from torch import nn
 
 from .contract import ContractValueError
 from .function import rmsnorm
+
+
+def _as_shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(int(d) for d in normalized_shape)
+
+
+def rms_norm(
+    input: torch.Tensor,  # noqa: A002 - torch.nn.functional.rms_norm's argument name
+    normalized_shape,
+    weight: torch.Tensor | None = None,
+    eps: float | None = None,
+) -> torch.Tensor:
+    """Same signature as ``torch.nn.functional.rms_norm``.
+
+    ``input [..., *normalized_shape]`` -> same shape and dtype. Several normalised dims are
+    flattened into one row of ``N = prod(normalized_shape)`` values (a view when the layout
+    allows). ``eps=None`` means ``torch.finfo(input.dtype).eps``.
+    """
+    shape = _as_shape(normalized_shape)
+    k = len(shape)
+    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k :]) != shape:
+        raise ContractValueError(
+            f"input's trailing dims must equal normalized_shape {shape} "
+            f"(got shape {tuple(input.shape)})"
+        )
+    if weight is not None and tuple(weight.shape) != shape:
+        raise ContractValueError(
+            f"weight must have shape normalized_shape = {shape} (got {tuple(weight.shape)})"
+        )
+    if k == 1:
+        return rmsnorm(input, weight, eps)
+    rows = input.flatten(input.dim() - k)
+    y = rmsnorm(rows, None if weight is None else weight.reshape(-1), eps)
+    return y.view(input.shape)
 
 
 class RMSNorm(nn.Module):
@@ -32,9 +69,7 @@ class RMSNorm(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(int(d) for d in normalized_shape)
+        self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         if elementwise_affine:
@@ -51,18 +86,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., *normalized_shape]`` -> same shape."""
-        k = len(self.normalized_shape)
-        if tuple(x.shape[x.dim() - k :]) != self.normalized_shape or x.dim() < k:
-            raise ContractValueError(
-                f"x's trailing dims must equal normalized_shape {self.normalized_shape} "
-                f"(got shape {tuple(x.shape)})"
-            )
-        weight = self.weight
-        if k != 1:  # flatten the normalised dims into one row (a view when the layout allows)
-            x_rows = x.flatten(x.dim() - k) if k > 0 else x.unsqueeze(-1)
-            weight = None if weight is None else weight.reshape(-1)
-            return rmsnorm(x_rows, weight, self.eps).view(x.shape)
-        return rmsnorm(x, weight, self.eps)
+        return rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(

@@ -62,3 +62,29 @@ def test_module_runs_the_kernel(device):
 def test_dtype_and_device_factory_kwargs(device):
     norm = rk.RMSNorm(8, device=device, dtype=torch.float64)
     assert norm.weight.dtype == torch.float64 and norm.weight.device.type == device
+
+
+@pytest.mark.parametrize(
+    "shape,normalized", [((4, 33), (33,)), ((2, 3, 4, 8), (4, 8)), ((5, 7), 7), ((3, 2, 6), [2, 6])]
+)
+@pytest.mark.parametrize("affine", [True, False])
+def test_functional_matches_torch(shape, normalized, affine, device):
+    x = torch.randn(*shape, device=device)
+    ns = (normalized,) if isinstance(normalized, int) else tuple(normalized)
+    w = torch.randn(ns, device=device) if affine else None
+    expected = torch.nn.functional.rms_norm(x, ns, w, 1e-6)  # torch takes a list/tuple only
+    assert_close(rk.rms_norm(x, normalized, w, 1e-6), expected, torch.float32, "y")
+    assert_close(
+        rk.rms_norm(x, normalized, w),
+        torch.nn.functional.rms_norm(x, ns, w),
+        torch.float32,
+        "y with eps=None",
+    )
+
+
+def test_functional_refuses_wrong_shapes(device):
+    x = torch.randn(3, 8, device=device)
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        rk.rms_norm(x, (7,))
+    with pytest.raises(RuntimeError, match="weight must have shape"):
+        rk.rms_norm(x, (8,), torch.ones(4, device=device))
