@@ -1,6 +1,6 @@
 """The main job's entry point: ``python -m rmsnorm_kernel.train [overrides]``.
 
-A thin Hydra shell around :func:`rmsnorm_kernel.experiment.train.train`. Examples::
+A thin Hydra shell around :func:`rmsnorm_kernel.experiment.run.train`. Examples::
 
     python -m rmsnorm_kernel.train norm=triton seed=3 trainer.max_steps=50
     python -m rmsnorm_kernel.train --multirun norm=reference,triton      # make train
@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
 from rmsnorm_kernel.experiment.paths import CONFIG_DIR
-from rmsnorm_kernel.experiment.train import train
+from rmsnorm_kernel.experiment.run import train
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")

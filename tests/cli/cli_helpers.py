@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rmsnorm_kernel.cli import main
+from rmsnorm_kernel.cli.main import main
 
 
 def run_cli(*argv: str) -> int:

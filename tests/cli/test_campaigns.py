@@ -7,10 +7,10 @@ import torch
 from cli_helpers import read_json, run_cli
 from omegaconf import OmegaConf
 
-from rmsnorm_kernel.campaigns.cases import build_cases, make_inputs
-from rmsnorm_kernel.campaigns.runner import run_campaign
-from rmsnorm_kernel.cli import compose
-from rmsnorm_kernel.exercise.mutants import mutant_rmsnorm
+from rmsnorm_kernel.cli.campaigns.cases import build_cases, make_inputs
+from rmsnorm_kernel.cli.campaigns.runner import run_campaign
+from rmsnorm_kernel.cli.main import compose
+from rmsnorm_kernel.cli.exercise.mutants import mutant_rmsnorm
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_kernel.cli import main
+from rmsnorm_kernel.cli.main import main
 
 
 @pytest.fixture

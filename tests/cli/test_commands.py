@@ -8,7 +8,7 @@ import pytest
 import torch
 from cli_helpers import read_json, run_cli
 
-from rmsnorm_kernel.cli import main
+from rmsnorm_kernel.cli.main import main
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-GPU refusal")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from cli_helpers import read_json, run_cli
 
-from rmsnorm_kernel.exercise.mutants import MUTANTS, mutant_rmsnorm
+from rmsnorm_kernel.cli.exercise.mutants import MUTANTS, mutant_rmsnorm
 
 
 @pytest.mark.parametrize("n,expected", [(256, 0.9999995), (257, 1.411458)])

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from rmsnorm_kernel.experiment.paths import config_dir
-from rmsnorm_kernel.experiment.train import train
+from rmsnorm_kernel.experiment.run import train
 
 #: Small enough that a 100-step Triton run through the interpreter takes seconds, not minutes.
 SMALL = [

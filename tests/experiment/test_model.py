@@ -6,7 +6,7 @@ import torch
 from experiment_helpers import compose_cfg
 
 from rmsnorm_kernel.experiment.norms import ReferenceRMSNorm
-from rmsnorm_kernel.experiment.train import build
+from rmsnorm_kernel.experiment.run import build
 
 NORMS = ("reference", "triton", "torch")
 

@@ -10,7 +10,7 @@ from experiment_helpers import compose_cfg, run
 from tbparse import SummaryReader
 
 from rmsnorm_kernel.experiment.reload import check_checkpoints
-from rmsnorm_kernel.experiment.train import train
+from rmsnorm_kernel.experiment.run import train
 
 
 def test_fast_dev_run(tmp_path):

@@ -9,7 +9,7 @@ Imports the kernel layer (``rmsnorm_kernel``), never the reverse. Modules, in re
     lit         the LightningModule (MSE, Adam, train/loss, val/loss, test/mse)
     checkpoint  safetensors export with its own reload check
     callbacks   the run's checks: kernel calls, first-batch probe, safetensors reload, test MSE
-    train       train(cfg) -> metrics
+    run         train(cfg) -> metrics
     compare     the cross-branch verdict of a sweep (Hydra on_multirun_end)
     reload      check_checkpoints and `python -m rmsnorm_kernel.experiment.reload`
 """

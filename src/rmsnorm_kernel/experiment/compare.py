@@ -36,7 +36,7 @@ from safetensors.torch import load_file  # noqa: E402
 from tbparse import SummaryReader  # noqa: E402
 
 from .checkpoint import max_abs_diff  # noqa: E402
-from .train import METRICS_FILE  # noqa: E402
+from .run import METRICS_FILE  # noqa: E402
 
 COMPARISON_FILE = "comparison.json"
 CURVES_FILE = "loss_curves.png"

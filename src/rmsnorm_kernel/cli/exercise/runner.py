@@ -19,10 +19,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from rmsnorm_kernel.campaigns.cases import build_cases
-from rmsnorm_kernel.campaigns.evaluate import evaluate_case
-from rmsnorm_kernel.campaigns.report import environment, fmt, write_json
-from rmsnorm_kernel.exercise.mutants import MUTANTS, mutant_rmsnorm
+from rmsnorm_kernel.cli.campaigns.cases import build_cases
+from rmsnorm_kernel.cli.campaigns.evaluate import evaluate_case
+from rmsnorm_kernel.cli.campaigns.report import environment, fmt, write_json
+from rmsnorm_kernel.cli.exercise.mutants import MUTANTS, mutant_rmsnorm
 
 QUANTITIES = ("y", "dx", "dgamma")
 CAMPAIGN_OF = {"y": "check-forward", "dx": "check-backward", "dgamma": "check-gamma"}

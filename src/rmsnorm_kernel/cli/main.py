@@ -29,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # src/rmsnorm_kernel/cli.py -> repo/conf
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # src/rmsnorm_kernel/cli/main.py -> repo/conf
 CAMPAIGNS = ("check-forward", "check-backward", "check-gamma")
 DEFAULT_EXPERIMENT = {"exercise": "exercise"}  # every other command: minimum
 
@@ -104,11 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Wide enough for the tables when piped to a log (rich defaults to 80 columns off a terminal).
     console = Console(width=None if sys.stdout.isatty() else 160)
     if cmd == "clean":
-        from rmsnorm_kernel.clean import run_clean
+        from rmsnorm_kernel.cli.clean import run_clean
 
         return run_clean(args.root, args.scope, args.dry_run, console)
     if cmd == "check-environment":
-        from rmsnorm_kernel.environment import run_check_environment
+        from rmsnorm_kernel.cli.environment import run_check_environment
 
         return run_check_environment(console)
 
@@ -118,24 +118,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         config_dir=args.config_dir,
     )
     if cmd == "reference":
-        from rmsnorm_kernel.campaigns.reference_check import run_reference
+        from rmsnorm_kernel.cli.campaigns.reference_check import run_reference
 
         return run_reference(cfg, Path(cfg.campaign.data_dir), console)
     if cmd in CAMPAIGNS:
-        from rmsnorm_kernel.campaigns.runner import run_campaign
+        from rmsnorm_kernel.cli.campaigns.runner import run_campaign
 
         payload = run_campaign(cmd, cfg.campaign, console=console)
         return 0 if payload["passed"] else 1
     if cmd == "exercise":
-        from rmsnorm_kernel.exercise.runner import run_exercise
+        from rmsnorm_kernel.cli.exercise.runner import run_exercise
 
         return run_exercise(cfg, console)
     if cmd == "benchmark":
-        from rmsnorm_kernel.bench.benchmark import run_benchmark
+        from rmsnorm_kernel.cli.bench.benchmark import run_benchmark
 
         return run_benchmark(cfg.benchmark, console)
     if cmd == "plot":
-        from rmsnorm_kernel.plots import run_plots
+        from rmsnorm_kernel.cli.plots import run_plots
 
         return run_plots(
             Path(cfg.campaign.out_dir),

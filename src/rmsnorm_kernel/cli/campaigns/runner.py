@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from rmsnorm_kernel.campaigns.cases import Case, build_cases
-from rmsnorm_kernel.campaigns.evaluate import QUANTITY_OF, CaseResult, Impl, evaluate_case
-from rmsnorm_kernel.campaigns.report import environment, fmt, print_report, write_json
+from rmsnorm_kernel.cli.campaigns.cases import Case, build_cases
+from rmsnorm_kernel.cli.campaigns.evaluate import QUANTITY_OF, CaseResult, Impl, evaluate_case
+from rmsnorm_kernel.cli.campaigns.report import environment, fmt, print_report, write_json
 
 
 def case_row(res: CaseResult, quantity: str) -> dict:

@@ -22,8 +22,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from rmsnorm_kernel.campaigns.cases import DTYPES
-from rmsnorm_kernel.campaigns.report import environment, fmt, write_json
+from rmsnorm_kernel.cli.campaigns.cases import DTYPES
+from rmsnorm_kernel.cli.campaigns.report import environment, fmt, write_json
 
 NOT_INSTALLED = "not installed"
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rmsnorm_kernel.campaigns.cases import DTYPES, Case, make_inputs
+from rmsnorm_kernel.cli.campaigns.cases import DTYPES, Case, make_inputs
 from rmsnorm_kernel.reference import rmsnorm_reference
 
 # campaign command -> the quantity it checks
