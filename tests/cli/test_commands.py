@@ -29,16 +29,27 @@ def test_reference_checks_oracle_and_writes_splits(tmp_path):
 
 def test_plot_writes_pngs(smoke_checks, tmp_path):
     figs = tmp_path / "figures"
-    code = run_cli("plot", f"campaign.out_dir={smoke_checks}",
-                   f"benchmark.out_dir={tmp_path / 'none'}", "--out", str(figs))
+    code = run_cli(
+        "plot",
+        f"campaign.out_dir={smoke_checks}",
+        f"benchmark.out_dir={tmp_path / 'none'}",
+        f"paths.figures_dir={figs}",
+    )
     assert code == 0
     for name in ("check-errors.png", "check-tolerance.png"):
         assert (figs / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_without_any_json_fails(tmp_path):
-    assert run_cli("plot", f"campaign.out_dir={tmp_path}", f"benchmark.out_dir={tmp_path}",
-                   "--out", str(tmp_path / "f")) == 1
+    assert (
+        run_cli(
+            "plot",
+            f"campaign.out_dir={tmp_path}",
+            f"benchmark.out_dir={tmp_path}",
+            f"paths.figures_dir={tmp_path / 'f'}",
+        )
+        == 1
+    )
 
 
 @needs_no_gpu
@@ -53,14 +64,25 @@ def test_benchmark_refuses_without_gpu(tmp_path, capsys):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_benchmark_on_gpu_reports_every_peer(tmp_path):
-    code = run_cli("benchmark", f"benchmark.out_dir={tmp_path}", "benchmark.samples=3",
-                   "benchmark.calls_per_sample=2", "benchmark.warmup_calls=2",
-                   "benchmark.shapes=[{m:128,n:257,dtype:float32}]")
+    code = run_cli(
+        "benchmark",
+        f"benchmark.out_dir={tmp_path}",
+        "benchmark.samples=3",
+        "benchmark.calls_per_sample=2",
+        "benchmark.warmup_calls=2",
+        "benchmark.shapes=[{m:128,n:257,dtype:float32}]",
+    )
     assert code == 0
     rows = read_json(tmp_path / "benchmark.json")["results"]
     impls = {r["implementation"] for r in rows}
-    assert impls == {"reference", "kernel", "torch_rms_norm", "torch_compile_reference",
-                     "liger", "quack"}  # missing peers are listed as "not installed"
+    assert impls == {
+        "reference",
+        "kernel",
+        "torch_rms_norm",
+        "torch_compile_reference",
+        "liger",
+        "quack",
+    }  # missing peers are listed as "not installed"
     for r in rows:
         if r["implementation"] in ("reference", "kernel"):
             assert r["status"] == "ok" and r["median_us"] > 0 and r["gb_per_s"] > 0
@@ -75,13 +97,15 @@ def test_check_environment(capsys):
         assert "interpreter" in out and "in the interpreter" in out
 
 
-def test_check_checkpoints_without_checkpoints_fails(tmp_path, capsys):
-    assert run_cli("check-checkpoints", f"paths.checkpoint_dir={tmp_path}") == 1
-    assert "no checkpoints" in capsys.readouterr().out
+@pytest.mark.parametrize("content", [None, b"not a safetensors file"])
+def test_check_checkpoints_is_the_reload_check(tmp_path, capsys, content):
+    """Same exit code and same words as `make reload-check` (one implementation, two names)."""
+    from rmsnorm_kernel.experiment.reload import main as reload_main
 
-
-def test_check_checkpoints_rejects_a_bad_file(tmp_path, capsys):
-    bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(b"not a safetensors file")
-    assert run_cli("check-checkpoints", f"paths.checkpoint_dir={tmp_path}") == 1
-    assert "FAIL" in capsys.readouterr().out
+    if content is not None:
+        (tmp_path / "bad.safetensors").write_bytes(content)
+    code = run_cli("check-checkpoints", "--root", str(tmp_path))
+    cli_out = capsys.readouterr()
+    assert code == 1 and "FAILED" in cli_out.err
+    assert reload_main(["--root", str(tmp_path)]) == code
+    assert capsys.readouterr() == cli_out

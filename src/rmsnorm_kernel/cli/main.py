@@ -29,26 +29,23 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # src/rmsnorm_kernel/cli/main.py -> repo/conf
+CONF_DIR = (
+    Path(__file__).resolve().parents[3] / "conf"
+)  # src/rmsnorm_kernel/cli/main.py -> repo/conf
+CONFIG_NAME = "cli"  # conf/cli.yaml: the command set's own root, apart from training's
 CAMPAIGNS = ("check-forward", "check-backward", "check-gamma")
-DEFAULT_EXPERIMENT = {"exercise": "exercise"}  # every other command: minimum
 
 
-def compose(
-    overrides: Sequence[str] = (), *, experiment: str = "minimum", config_dir: Path | None = None
-):
-    """The run's config: ``conf/train.yaml`` + ``experiment=<experiment>`` + overrides."""
+def compose(overrides: Sequence[str] = (), *, config_dir: Path | None = None):
+    """The command's config: ``conf/cli.yaml`` + overrides (Hydra's compose API)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    overrides = list(overrides)
-    if not any(o.split("=", 1)[0].lstrip("+~") == "experiment" for o in overrides):
-        overrides.insert(0, f"experiment={experiment}")
     conf = Path(config_dir or CONF_DIR).resolve()
-    if not (conf / "train.yaml").exists():
-        raise SystemExit(f"error: no train.yaml in {conf} (pass --config-dir)")
+    if not (conf / f"{CONFIG_NAME}.yaml").exists():
+        raise SystemExit(f"error: no {CONFIG_NAME}.yaml in {conf} (pass --config-dir)")
     with initialize_config_dir(config_dir=str(conf), version_base="1.3", job_name="cli"):
-        return hydra_compose(config_name="train", overrides=overrides)
+        return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,15 +71,11 @@ def _parser() -> argparse.ArgumentParser:
         add(name, f"{name}: compare with the float64 oracle on every configured case")
     add("exercise", "mutation testing: every planted kernel bug must be caught")
     add("benchmark", "seed protocol timing, reference vs kernel vs peers (needs a GPU)")
-    p = add("plot", "PNG figures from the checks' and the benchmark's JSON")
-    p.add_argument("--out", type=Path, default=Path("outputs/figures"), help="figure folder")
-    p = add("check-checkpoints", "verify exported checkpoints (experiment layer)")
-    p.add_argument(
-        "--ckpt",
-        type=Path,
-        action="append",
-        default=None,
-        help="a checkpoint file (repeatable); default: every one under the root",
+    add("plot", "PNG figures from the checks' and the benchmark's JSON")
+    sub.add_parser(
+        "check-checkpoints",
+        help="verify exported checkpoints: the same code as `make reload-check`",
+        add_help=False,
     )
     p = add("clean", "delete generated files under outputs/ and checkpoints/", overrides=False)
     p.add_argument("--scope", choices=["generated"], required=True)
@@ -97,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check-checkpoints"]:
+        # One checkpoint check in the project: the experiment layer's, with its own arguments.
+        from rmsnorm_kernel.experiment.reload import main as reload_main
+
+        return reload_main(argv[1:])
     args = _parser().parse_args(argv)
     cmd = args.command
     from rich.console import Console
@@ -112,11 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_check_environment(console)
 
-    cfg = compose(
-        args.overrides,
-        experiment=DEFAULT_EXPERIMENT.get(cmd, "minimum"),
-        config_dir=args.config_dir,
-    )
+    cfg = compose(args.overrides, config_dir=args.config_dir)
     if cmd == "reference":
         from rmsnorm_kernel.cli.campaigns.reference_check import run_reference
 
@@ -140,37 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_plots(
             Path(cfg.campaign.out_dir),
             Path(cfg.benchmark.out_dir) / "benchmark.json",
-            args.out,
+            Path(cfg.paths.figures_dir),
             console,
         )
-    if cmd == "check-checkpoints":
-        return _check_checkpoints(cfg, args.ckpt, console)
     raise AssertionError(cmd)
-
-
-def _check_checkpoints(cfg, paths, console) -> int:
-    from rich.table import Table
-
-    from rmsnorm_kernel.experiment.reload import check_checkpoints
-
-    root = Path(cfg.paths.checkpoint_dir)
-    try:
-        results = check_checkpoints(paths, root=root)
-    except RuntimeError as exc:
-        console.print(f"[red]FAIL[/red] {type(exc).__name__}: {exc}")
-        return 1
-    if not results:
-        console.print(f"[red]FAIL[/red] no checkpoints under {root}/: run `make train` first")
-        return 1
-    table = Table(title=f"checkpoints under {root}/")
-    keys = list(dict.fromkeys(k for r in results for k in r))
-    for k in keys:
-        table.add_column(str(k))
-    for r in results:
-        table.add_row(*(str(r.get(k, "")) for k in keys))
-    console.print(table)
-    console.print(f"[green]PASS[/green] {len(results)} checkpoint(s) verified")
-    return 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,16 @@ from rich.table import Table
 from rmsnorm_kernel.reference import manual_backward, rmsnorm_reference
 
 GRADCHECK_SHAPES = [(5, 16), (3, 257)]  # a power of two and the seed's odd width
+SPLIT_KEYS = (
+    "in_features",
+    "out_features",
+    "teacher_hidden",
+    "noise",
+    "n_train",
+    "n_val",
+    "n_test",
+    "seed",
+)
 MANUAL_SHAPES = [(1, 256), (17, 257)]
 # manual_backward vs autograd: identical math, different operation order.
 MANUAL_TOL = {torch.float64: (1e-12, 1e-10), torch.float32: (1e-5, 1e-4)}
@@ -33,10 +43,23 @@ def check_oracle(eps: float = 1e-6, seed: int = 0) -> list[dict]:
     for m, n in GRADCHECK_SHAPES:
         x = torch.randn(m, n, generator=g, dtype=torch.float64).requires_grad_()
         w = (1 + 0.5 * torch.randn(n, generator=g, dtype=torch.float64)).requires_grad_()
-        ok = torch.autograd.gradcheck(lambda a, b: rmsnorm_reference(a, b, eps), (x, w),
-                                      eps=1e-6, atol=1e-7, rtol=1e-5, raise_exception=False)
-        rows.append({"check": "gradcheck(rmsnorm_reference)", "shape": [m, n],
-                     "dtype": "float64", "max_abs_diff": None, "passed": bool(ok)})
+        ok = torch.autograd.gradcheck(
+            lambda a, b: rmsnorm_reference(a, b, eps),
+            (x, w),
+            eps=1e-6,
+            atol=1e-7,
+            rtol=1e-5,
+            raise_exception=False,
+        )
+        rows.append(
+            {
+                "check": "gradcheck(rmsnorm_reference)",
+                "shape": [m, n],
+                "dtype": "float64",
+                "max_abs_diff": None,
+                "passed": bool(ok),
+            }
+        )
     for dtype, (atol, rtol) in MANUAL_TOL.items():
         for m, n in MANUAL_SHAPES:
             x = torch.randn(m, n, generator=g, dtype=torch.float64).to(dtype).requires_grad_()
@@ -47,9 +70,15 @@ def check_oracle(eps: float = 1e-6, seed: int = 0) -> list[dict]:
             dx_m, dw_m = manual_backward(x.detach(), w.detach(), dy, eps)
             for name, a, b in (("dx", dx_a, dx_m), ("dgamma", dw_a, dw_m)):
                 diff = float((a - b).abs().max())
-                rows.append({"check": f"manual_backward {name} vs autograd", "shape": [m, n],
-                             "dtype": str(dtype).removeprefix("torch."), "max_abs_diff": diff,
-                             "passed": bool(torch.allclose(a, b, atol=atol, rtol=rtol))})
+                rows.append(
+                    {
+                        "check": f"manual_backward {name} vs autograd",
+                        "shape": [m, n],
+                        "dtype": str(dtype).removeprefix("torch."),
+                        "max_abs_diff": diff,
+                        "passed": bool(torch.allclose(a, b, atol=atol, rtol=rtol)),
+                    }
+                )
     return rows
 
 
@@ -59,7 +88,6 @@ def _sha256(path: Path) -> str:
 
 def write_splits(dataset_cfg: Mapping, out_dir: Path) -> dict:
     """Write train/val/test as safetensors with a manifest; returns the manifest."""
-    from omegaconf import DictConfig, OmegaConf
     from safetensors.torch import save_file
 
     from rmsnorm_kernel.experiment.data import make_splits
@@ -68,14 +96,22 @@ def write_splits(dataset_cfg: Mapping, out_dir: Path) -> dict:
     again = make_splits(dataset_cfg)
     deterministic = all(torch.equal(splits[k][i], again[k][i]) for k in splits for i in (0, 1))
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = (OmegaConf.to_container(dataset_cfg, resolve=True)
-           if isinstance(dataset_cfg, DictConfig) else dict(dataset_cfg))
-    manifest = {"seed": int(dataset_cfg["seed"]), "dataset": cfg, "deterministic": deterministic,
-                "splits": {}}
+    # Only what make_splits reads: other dataset keys (batch order, batch sizes) name training
+    # knobs that do not change the splits and need training's root config to resolve.
+    cfg = {key: dataset_cfg[key] for key in SPLIT_KEYS}
+    manifest = {
+        "seed": int(dataset_cfg["seed"]),
+        "dataset": cfg,
+        "deterministic": deterministic,
+        "splits": {},
+    }
     for name, (inputs, targets) in splits.items():
         path = out_dir / f"{name}.safetensors"
-        save_file({"inputs": inputs.contiguous(), "targets": targets.contiguous()}, str(path),
-                  metadata={"split": name, "seed": str(manifest["seed"])})
+        save_file(
+            {"inputs": inputs.contiguous(), "targets": targets.contiguous()},
+            str(path),
+            metadata={"split": name, "seed": str(manifest["seed"])},
+        )
         manifest["splits"][name] = {
             "file": path.name,
             "rows": int(inputs.shape[0]),
@@ -97,22 +133,30 @@ def run_reference(cfg, out_dir: Path, console: Console | None = None) -> int:
         table.add_column(col)
     for r in rows:
         diff = "-" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.3g}"
-        table.add_row(r["check"], "x".join(map(str, r["shape"])), r["dtype"], diff,
-                      "[green]ok[/green]" if r["passed"] else "[red]FAIL[/red]")
+        table.add_row(
+            r["check"],
+            "x".join(map(str, r["shape"])),
+            r["dtype"],
+            diff,
+            "[green]ok[/green]" if r["passed"] else "[red]FAIL[/red]",
+        )
     console.print(table)
     manifest = write_splits(cfg.dataset, out_dir)
     splits = Table(title=f"synthetic splits -> {out_dir} (data seed {manifest['seed']})")
     for col in ("split", "inputs", "targets", "sha256"):
         splits.add_column(col)
     for name, s in manifest["splits"].items():
-        splits.add_row(name, str(s["inputs"]["shape"]), str(s["targets"]["shape"]),
-                       s["sha256"][:16] + "...")
+        splits.add_row(
+            name, str(s["inputs"]["shape"]), str(s["targets"]["shape"]), s["sha256"][:16] + "..."
+        )
     console.print(splits)
     ok = all(r["passed"] for r in rows) and manifest["deterministic"]
     (out_dir / "oracle.json").write_text(json.dumps({"eps": eps, "checks": rows}, indent=2) + "\n")
     if not manifest["deterministic"]:
         console.print("[red]FAIL[/red] make_splits is not deterministic in its config")
-    console.print(f"{'[green]PASS[/green]' if ok else '[red]FAIL[/red]'} reference: "
-                  f"{sum(r['passed'] for r in rows)}/{len(rows)} oracle checks, manifest "
-                  f"{out_dir / 'manifest.json'}")
+    console.print(
+        f"{'[green]PASS[/green]' if ok else '[red]FAIL[/red]'} reference: "
+        f"{sum(r['passed'] for r in rows)}/{len(rows)} oracle checks, manifest "
+        f"{out_dir / 'manifest.json'}"
+    )
     return 0 if ok else 1

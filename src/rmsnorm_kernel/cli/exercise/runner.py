@@ -53,13 +53,25 @@ def hunt(mutation: int, cases, ccfg: Mapping, device, stop_at_first: bool) -> di
     """Run the campaign checks on one mutant; returns its record."""
     impl = mutant_rmsnorm(mutation)
     tolerances = {k: dict(v) for k, v in ccfg["tolerances"].items()}
-    record = {"id": mutation, **{k: v for k, v in vars(MUTANTS[mutation]).items() if k != "id"},
-              "cases_run": 0, "caught_by": [], "first_catch": None}
+    record = {
+        "id": mutation,
+        **{k: v for k, v in vars(MUTANTS[mutation]).items() if k != "id"},
+        "cases_run": 0,
+        "caught_by": [],
+        "first_catch": None,
+    }
     for case in cases:
         with warnings.catch_warnings():  # mutant 6 overflows fp16 on purpose (interpreter warns)
             warnings.simplefilter("ignore", RuntimeWarning)
-            res = evaluate_case(case, impl, QUANTITIES, eps=float(ccfg["eps"]),
-                                seed=int(ccfg["seed"]), device=device, tolerances=tolerances)
+            res = evaluate_case(
+                case,
+                impl,
+                QUANTITIES,
+                eps=float(ccfg["eps"]),
+                seed=int(ccfg["seed"]),
+                device=device,
+                tolerances=tolerances,
+            )
         record["cases_run"] += 1
         if res.status in ("fail", "error"):
             failing = [q for q, qr in res.quantities.items() if not qr.passed]
@@ -83,16 +95,14 @@ def run_exercise(cfg, console: Console | None = None) -> int:
     from rmsnorm_kernel.backend import kernel_device
 
     console = console or Console()
-    if "exercise" not in cfg:
-        console.print("[red]error:[/red] no `exercise` config: run with experiment=exercise "
-                      "(python -m rmsnorm_kernel.cli exercise does this by default)")
-        return 2
     ecfg, ccfg = cfg.exercise, cfg.campaign
     device = kernel_device()
     cases = [c for c in build_cases(ccfg["catalogue"], ecfg["grids"]) if c.seed_contract]
     if not cases:
-        console.print("[red]error:[/red] the exercise needs seed-contract cases "
-                      "(2-D contiguous fp32/fp16, N <= 4096)")
+        console.print(
+            "[red]error:[/red] the exercise needs seed-contract cases "
+            "(2-D contiguous fp32/fp16, N <= 4096)"
+        )
         return 2
 
     demo = block_demo(ecfg["block_demo"], device)
@@ -102,12 +112,18 @@ def run_exercise(cfg, console: Console | None = None) -> int:
     for n in (int(ecfg.block_demo.n_pass), int(ecfg.block_demo.n_fail)):
         good, bad = demo["values"][f"N={n} mutant=0"], demo["values"][f"N={n} mutant=1"]
         block = 1 << (n - 1).bit_length()
-        table.add_row(str(n), str(block), f"{good:.7f}", f"{bad:.7f}",
-                      "yes" if abs(good - bad) > 1e-6 else "no")
+        table.add_row(
+            str(n),
+            str(block),
+            f"{good:.7f}",
+            f"{bad:.7f}",
+            "yes" if abs(good - bad) > 1e-6 else "no",
+        )
     console.print(table)
     if not demo["passed"]:
-        console.print(f"[red]FAIL[/red] block demo: expected {demo['expected']}, "
-                      f"got {demo['values']}")
+        console.print(
+            f"[red]FAIL[/red] block demo: expected {demo['expected']}, got {demo['values']}"
+        )
 
     records = []
     control_ok = True
@@ -120,10 +136,20 @@ def run_exercise(cfg, console: Console | None = None) -> int:
         console.print(f"mutant {mutation} ({MUTANTS[int(mutation)].name})...")
         records.append(hunt(int(mutation), cases, ccfg, device, stop_at_first=True))
 
-    results = Table(title=f"exercise: {len(records) - int(bool(ecfg.get('control', True)))} "
-                          f"mutants on {len(cases)} cases (first catching case, in case order)")
-    for col in ("id", "mutant", "planted bug", "result", "first catching case", "caught by",
-                "max abs err", "cases run"):
+    results = Table(
+        title=f"exercise: {len(records) - int(bool(ecfg.get('control', True)))} "
+        f"mutants on {len(cases)} cases (first catching case, in case order)"
+    )
+    for col in (
+        "id",
+        "mutant",
+        "planted bug",
+        "result",
+        "first catching case",
+        "caught by",
+        "max abs err",
+        "cases run",
+    ):
         results.add_column(col)
     for r in records:
         fc = r["first_catch"]
@@ -132,23 +158,41 @@ def run_exercise(cfg, console: Console | None = None) -> int:
         else:
             verdict = "[green]killed[/green]" if r["killed"] else "[red]SURVIVED[/red]"
         errs = ", ".join(f"{q} {fmt(e)}" for q, e in fc["max_abs_err"].items()) if fc else "-"
-        results.add_row(str(r["id"]), r["name"], r["bug"], verdict, fc["case"] if fc else "-",
-                        ", ".join(fc["campaigns"]) if fc else "-", errs, str(r["cases_run"]))
+        results.add_row(
+            str(r["id"]),
+            r["name"],
+            r["bug"],
+            verdict,
+            fc["case"] if fc else "-",
+            ", ".join(fc["campaigns"]) if fc else "-",
+            errs,
+            str(r["cases_run"]),
+        )
     console.print(results)
 
     survivors = [r for r in records if r["id"] != 0 and not r["killed"]]
     ok = demo["passed"] and control_ok and not survivors
     out_dir = Path(ecfg.get("out_dir", "outputs/exercise"))
-    path = write_json({"command": "exercise", "environment": environment(),
-                       "cases": [c.name for c in cases], "block_demo": demo,
-                       "control_passed": control_ok, "mutants": records,
-                       "survivors": [r["id"] for r in survivors], "passed": ok},
-                      out_dir / "exercise.json")
+    path = write_json(
+        {
+            "command": "exercise",
+            "environment": environment(),
+            "cases": [c.name for c in cases],
+            "block_demo": demo,
+            "control_passed": control_ok,
+            "mutants": records,
+            "survivors": [r["id"] for r in survivors],
+            "passed": ok,
+        },
+        out_dir / "exercise.json",
+    )
     if not control_ok:
         console.print("[red]FAIL[/red] the unmutated control fails a case: a kill proves nothing")
     for r in survivors:
         console.print(f"[red]SURVIVED[/red] mutant {r['id']} ({r['name']}): no case catches it")
     verdict = "[green]PASS[/green]" if ok else "[red]FAIL[/red]"
-    console.print(f"{verdict} exercise: {sum(r['killed'] for r in records if r['id'])}/"
-                  f"{len([r for r in records if r['id']])} mutants killed -> {path}")
+    console.print(
+        f"{verdict} exercise: {sum(r['killed'] for r in records if r['id'])}/"
+        f"{len([r for r in records if r['id']])} mutants killed -> {path}"
+    )
     return 0 if ok else 1
