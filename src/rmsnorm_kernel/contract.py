@@ -84,6 +84,40 @@ def _check_device(x: torch.Tensor) -> None:
         raise ContractValueError(f"x must be on a cpu or cuda device (got {x.device})")
 
 
+_DTYPE_SET = frozenset(SUPPORTED_DTYPES)
+_COMPILED = BACKEND == "cuda"
+
+
+def _common_case_ok(x, weight, eps, offset, residual) -> bool:
+    """True for the common valid call, decided with a few cheap attribute reads: a supported
+    tensor on the kernels' device, a matching weight or none, float eps > 0, float offset, no
+    residual. Anything else (valid or not) goes through the full checks and their messages."""
+    if (
+        residual is not None
+        or type(eps) is not float
+        or not 0.0 < eps <= FLOAT32_MAX
+        or type(offset) is not float
+        or not -FLOAT32_MAX <= offset <= FLOAT32_MAX
+        or not isinstance(x, torch.Tensor)
+        or x.dtype not in _DTYPE_SET
+        or x.dim() < 1
+        or not 1 <= x.shape[-1] <= MAX_N
+        or not (x.is_cuda if _COMPILED else x.is_cpu)
+    ):
+        return False
+    if weight is None:
+        return offset == 0.0
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dtype in _DTYPE_SET
+        and weight.dim() == 1
+        and weight.shape[0] == x.shape[-1]
+        and (
+            weight.is_cuda and weight.get_device() == x.get_device() if _COMPILED else weight.is_cpu
+        )
+    )
+
+
 def check_contract(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -93,6 +127,8 @@ def check_contract(
     residual: torch.Tensor | None = None,
 ) -> None:
     """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on."""
+    if _common_case_ok(x, weight, eps, offset, residual):
+        return
     if not isinstance(x, torch.Tensor):
         raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
     if x.dtype not in SUPPORTED_DTYPES:

@@ -1,4 +1,5 @@
-"""The Triton kernels, and nothing else: forward, backward (dx + dweight partials), dweight sum.
+"""The Triton kernels, and nothing else: forward (one row or several rows per program), backward
+(dx and dweight in one launch), and the row reduction that wide backward rows need first.
 
 Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 outputs)::
 
@@ -6,13 +7,16 @@ Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 out
     y  = x * r * (offset + w)
     u  = dy * (offset + w)
     dx = (u - x * r*r * sum(u*x) / N) * r  (+ dh, the gradient of the returned x + residual)
-    dw = sum over rows of dy * x * r        # per-program partials, then a fixed-order column sum
+    dw = sum over rows of dy * x * r        # per-program partials, then a fixed pairwise tree
 
 Every program follows the tutorial's rhythm: program id -> column offsets -> mask -> pointers ->
 load as ACC -> reduce -> store. Row offsets are int64 so tensors over 2**31 elements are addressed
-correctly. ``ONE_PASS`` rows fit one block of registers (``N <= BLOCK``); longer forward rows are
-walked in chunks of ``BLOCK`` columns, and wide backward rows are split into column tiles after a
-separate row reduction. There are no atomics: results are bitwise reproducible.
+correctly.
+
+Determinism: the only atomics are integer counters that decide WHICH program adds two dweight
+partials, never the ORDER of float additions. The partials are summed over a fixed binary tree
+(node k = left child + right child; float addition is commutative, so who adds gives the same
+bits), hence dweight is bitwise reproducible whatever the scheduling.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ def rmsnorm_forward_kernel(
     BLOCK: tl.constexpr,  # work width: columns handled at once (a power of two)
     ONE_PASS: tl.constexpr,  # N <= BLOCK: the whole row stays in registers
 ):
+    """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
+    the row, mostly from L2)."""
     row = tl.program_id(0).to(tl.int64)
     eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)  # both parts are exact float32 values
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
@@ -92,6 +98,53 @@ def rmsnorm_forward_kernel(
     tl.store(RSTD + row, rstd)
 
 
+#: M only bounds the last tile: not worth a compiled variant per M % 16.
+@triton.jit(do_not_specialize=["M"])
+def rmsnorm_forward_rows_kernel(
+    X,  # pointer to the input rows, row stride stride_x, unit column stride
+    RES,  # pointer to the residual rows (read only when HAS_RESIDUAL)
+    W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
+    Y,  # pointer to the output (M, N), contiguous
+    H,  # pointer to the output x + residual (M, N), contiguous (written only when HAS_RESIDUAL)
+    RSTD,  # pointer to the inverse RMS per row (M,), ACC dtype
+    stride_x,
+    stride_res,
+    M,  # number of rows
+    N,  # data width
+    eps,
+    eps_lo,
+    offset,
+    offset_lo,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,  # >= N, a power of two
+    ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
+):
+    """Short rows (N <= BLOCK): ROWS rows per program, so each program moves enough bytes to hide
+    its launch and reduction latency, and the weight is loaded once per ROWS rows."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    cols = tl.arange(0, BLOCK)
+    row_mask = rows < M
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+    if HAS_RESIDUAL:
+        res = tl.load(RES + rows[:, None] * stride_res + cols[None, :], mask=mask, other=0.0)
+        h = (x + res.to(ACC)).to(H.dtype.element_ty)
+        tl.store(H + rows[:, None] * N + cols[None, :], h, mask=mask)
+        x = h.to(ACC)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+    y = x * rstd[:, None]
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(ACC) + offset
+        y = y * w[None, :]
+    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
 @triton.jit
 def rmsnorm_row_dot_kernel(
     DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
@@ -124,6 +177,57 @@ def rmsnorm_row_dot_kernel(
 
 
 @triton.jit
+def _dweight_tree_finish(
+    acc,  # (BLOCK,) this program's partial, DW_ACC dtype
+    DW,  # pointer to the weight gradient (N,), weight dtype
+    SLOTS,  # pointer to the partials (leaves, N): slot k of column c at SLOTS + k * N + c
+    COUNTERS,  # pointer to this column tile's int32 counters (leaves,), zero on entry
+    leaf,  # this program's leaf index (int32 scalar)
+    leaves,  # number of leaves (programs along the row-group axis)
+    N,
+    cols,
+    mask,
+):
+    """Sum the partials of all row groups over a fixed binary tree, inside the same launch.
+
+    Node (base, span) covers leaves [base, base + span). Of a node's two children, the one that
+    arrives second (an integer atomic decides) adds the other's value read from its slot; float
+    addition is commutative, so the node's value does not depend on which child arrives last.
+    The second arrival resets the node's counter to 0 for the next launch on this stream.
+    """
+    base = leaf
+    span = leaf * 0 + 1
+    active = leaf >= 0  # an i1 scalar: still carrying a value up the tree
+    while span < leaves:
+        if active:
+            sibling = base ^ span
+            if sibling < leaves:
+                tl.store(SLOTS + base.to(tl.int64) * N + cols, acc, mask=mask)
+                tl.debug_barrier()  # every thread's slot store happens before the release below
+                node = COUNTERS + (base | span)  # the parent's midpoint: unique per node
+                ticket = tl.atomic_add(node, 1, sem="acq_rel", scope="gpu")
+                if ticket == 0:
+                    active = ticket < 0  # first child: the sibling finishes this node
+                else:
+                    tl.store(node, 0)
+                    other = tl.load(
+                        SLOTS + sibling.to(tl.int64) * N + cols,
+                        mask=mask,
+                        other=0.0,
+                        cache_modifier=".cg",  # L2, never a stale L1 line
+                    )
+                    acc = acc + other
+                    base = base - (base & span)
+        span = span * 2
+    if active:
+        if DW.dtype.element_ty != tl.float64:
+            # float64 -> float32 first: Triton's interpreter has no direct float64 -> bfloat16
+            # cast (it yields NaN); the extra rounding adds at most 2**-24 relative.
+            acc = acc.to(tl.float32)
+        tl.store(DW + cols, acc.to(DW.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["M", "rows_per_program"])
 def rmsnorm_backward_kernel(
     DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
     X,  # pointer to the normalised input rows (x, or x + residual), row stride stride_x
@@ -132,7 +236,9 @@ def rmsnorm_backward_kernel(
     MEAN_UX,  # pointer to mean(u * x) per row (M,) from rmsnorm_row_dot_kernel (when not ONE_TILE)
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
     DX,  # pointer to the input gradient (M, N), contiguous
-    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N), ACC dtype
+    DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
+    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N), DW_ACC dtype
+    COUNTERS,  # pointer to int32 tree counters (tiles, groups), zero on entry and on exit
     stride_dy,  # elements between two rows of DY
     stride_x,  # elements between two rows of X
     stride_dh,  # elements between two rows of DH
@@ -144,22 +250,27 @@ def rmsnorm_backward_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
     ACC: tl.constexpr,
+    DW_ACC: tl.constexpr,  # dweight accumulation dtype (float64: exact products, tiny sum error)
     BLOCK: tl.constexpr,  # columns per program: the whole row when ONE_TILE
     ONE_TILE: tl.constexpr,  # N <= BLOCK: reduce mean(u * x) here; else read MEAN_UX
+    STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
 ):
-    """dx for a tile of rows x columns, and the tile's dweight partial kept in registers.
+    """dx for a tile of rows x columns, and dweight for the whole tensor, in one launch.
 
-    Persistent over rows: program (p, q) walks its rows in order, so the partial of row group p
-    is a fixed-order sum, and the second pass (dweight_sum_kernel) sums the groups in order.
+    Persistent over rows: program (p, q) walks its rows in order, so the partial of row group p is
+    a fixed-order sum; the partials of all groups are then summed over a fixed tree
+    (``_dweight_tree_finish``) by whichever programs finish last.
     """
-    pid = tl.program_id(0).to(tl.int64)
+    pid = tl.program_id(0)
+    groups = tl.num_programs(0)
+    tile = tl.program_id(1)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
-    row_start = pid * rows_per_program  # int64, so every row offset below is int64 too
+    row_start = pid.to(tl.int64) * rows_per_program  # int64: every row offset below is int64 too
     row_end = tl.minimum(row_start + rows_per_program, M)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    cols = tile * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
-    dw = tl.zeros([BLOCK], dtype=ACC)
-    for row in range(row_start, row_end):
+    dw = tl.zeros([BLOCK], dtype=DW_ACC)
+    for row in tl.range(row_start, row_end, num_stages=STAGES):
         x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
         dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
         rstd = tl.load(RSTD + row)
@@ -177,28 +288,9 @@ def rmsnorm_backward_kernel(
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
-            dw += dy * x * rstd
+            # dy and x are exact in ACC; with DW_ACC = float64 the product is exact too.
+            dw += (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
     if HAS_WEIGHT:
-        tl.store(DW_PARTIAL + pid * N + cols, dw, mask=mask)
-
-
-@triton.jit
-def dweight_sum_kernel(
-    PARTIAL,  # pointer to the per-program partials (G, N), ACC dtype
-    DW,  # pointer to the weight gradient (N,), weight dtype
-    G,  # number of partial rows
-    N,  # data width
-    ACC: tl.constexpr,
-    BLOCK_G: tl.constexpr,  # partial rows summed at once
-    BLOCK_N: tl.constexpr,  # columns per program
-):
-    pid = tl.program_id(0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < N
-    acc = tl.zeros([BLOCK_G, BLOCK_N], dtype=ACC)
-    for start in range(0, G, BLOCK_G):
-        rows = start + tl.arange(0, BLOCK_G)
-        mask = (rows[:, None] < G) & col_mask[None, :]
-        ptrs = PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :]
-        acc += tl.load(ptrs, mask=mask, other=0.0).to(ACC)
-    tl.store(DW + cols, tl.sum(acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+        _dweight_tree_finish(
+            dw, DW, DW_PARTIAL, COUNTERS + tile * groups, pid, groups, N, cols, mask
+        )

@@ -11,16 +11,24 @@ import struct
 
 import torch
 import triton
+import triton.language as tl
 
 from . import kernels
 from .backend import BACKEND
 from .contract import ContractValueError, check_contract
+from .launch import CachedKernel
 
-#: Forward: widest row kept whole in registers (the issue asks for 65536 in one pass; Liger's
-#: limit too). Wider rows are read in LOOP_BLOCK chunks, twice (the second read mostly hits L2).
+#: Forward: widest row kept whole in registers. Wider rows are read in LOOP_BLOCK chunks, twice
+#: (the second read mostly hits L2).
 MAX_FUSED_N = 65536
 #: Chunk width for rows wider than MAX_FUSED_N: 8 values per thread at 32 warps, loads stay wide.
 LOOP_BLOCK = 8192
+#: Forward rows this short run several rows per program (rmsnorm_forward_rows_kernel): one
+#: 257-column row per program leaves most of a program's time in launch and reduction latency.
+ROWS_MAX_N = 1024
+#: Values per program in the several-rows kernel (ROWS * BLOCK): 4096 keeps 16 values per thread
+#: at 8 warps, like the one-row kernel at 4096 columns.
+ROWS_TILE = 4096
 #: Backward: widest row kept whole in one program. Measured on the H200 (tune.py, bf16, 1.5 GB
 #: moved): one pass reaches 3.6 TB/s at 16384 columns (8 warps), while 65536 in one pass took
 #: 1.5 ms for 1024 rows (spills), so wider rows take the column-tile path (~2.5 TB/s).
@@ -29,23 +37,33 @@ MAX_FUSED_N_BWD = 16384
 BWD_TILE = 4096
 #: Warps of a column tile: 16 and 32 measured equal (645 us), 4 slower (727 us) at N >= 32768.
 BWD_TILE_WARPS = 16
+#: Software pipelining of the backward row loop (tl.range num_stages): loads of the next rows are
+#: issued while this row is computed, hiding HBM latency with fewer programs per SM.
+BWD_STAGES = 2
 #: Backward persistent grid: programs per SM. Short rows need more programs in flight to keep
 #: memory busy: on the H200 (tune.py --programs-per-sm, bf16, 1.5 GB moved) the best was 8 per SM
 #: at 1024 columns (456 us vs 948 us with 2), 4 at 2048, and 2 from 4096 up, i.e. ~8192 / BLOCK.
 #: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
 MIN_PROGRAMS_PER_SM = 2
 MAX_PROGRAMS_PER_SM = 8
-#: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials.
-INTERPRETER_PROGRAMS = 4
-#: Budget for the dweight partials (programs x N x ACC bytes): the seed's 64 MiB, now independent
+#: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials
+#: and an odd-sized dweight tree (a node without a sibling).
+INTERPRETER_PROGRAMS = 5
+#: Budget for the dweight partials (programs x N x DW_ACC bytes): the seed's 64 MiB, independent
 #: of M because the grid is persistent.
 DW_SCRATCH_BYTES = 64 << 20
-#: dweight column sum: a BLOCK_G x BLOCK_N tile per step (32 x 128 fp32 = 16 KiB in registers).
-SUM_BLOCK_G = 32
-SUM_BLOCK_N = 128
+#: dweight partials and their tree sum in float64: each term dy*x*r is then exact (dy, x and r
+#: are float32 values) and the sum's error is ~1e-16 relative, so the float32 dweight is the
+#: correctly rounded sum up to r's own rounding; registers are the cost (see _bwd_num_warps).
+DW_FLOAT64 = True
 
 #: Inputs copied because their layout could not be read in place (see ``as_rows``).
 COPIES = {"x": 0, "residual": 0, "dy": 0}
+
+FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
+FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
+ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel)
+BACKWARD = CachedKernel(kernels.rmsnorm_backward_kernel)
 
 
 @functools.lru_cache(maxsize=64)
@@ -60,14 +78,7 @@ def _acc_dtype(out_dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if out_dtype == torch.float64 else torch.float32
 
 
-_TL_DTYPES = {torch.float32: triton.language.float32, torch.float64: triton.language.float64}
-
-
-def _block(n: int) -> tuple[int, bool]:
-    """``(BLOCK, ONE_PASS)`` for a row of ``n`` values."""
-    if n <= MAX_FUSED_N:
-        return triton.next_power_of_2(n), True
-    return LOOP_BLOCK, False
+_TL_DTYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
 
 
 def _num_warps(block: int) -> int:
@@ -81,6 +92,19 @@ def _num_warps(block: int) -> int:
     return 4
 
 
+@functools.lru_cache(maxsize=256)
+def _fwd_config(n: int) -> tuple[bool, int, int | bool, int]:
+    """``(rows_kernel, BLOCK, ROWS or ONE_PASS, num_warps)`` for rows of ``n`` values."""
+    if n <= ROWS_MAX_N:
+        block = triton.next_power_of_2(n)
+        rows = max(1, ROWS_TILE // block)
+        return True, block, rows, _num_warps(rows * block)
+    if n <= MAX_FUSED_N:
+        block = triton.next_power_of_2(n)
+        return False, block, True, _num_warps(block)
+    return False, LOOP_BLOCK, False, _num_warps(LOOP_BLOCK)
+
+
 def _bwd_num_warps(block: int) -> int:
     # The one-pass backward keeps x, dy and the dweight partial live: ~64 values per thread per
     # vector was fastest on the H200 (8192 columns: 4 warps 438 us, 16 warps 519 us).
@@ -92,18 +116,53 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def _row_groups(
-    m: int, n: int, block: int, tiles: int, device: torch.device, acc_bytes: int
-) -> int:
-    """Row groups of the persistent backward grid (``groups x tiles`` programs in all)."""
-    if BACKEND == "interpreter" or device.type != "cuda":
+@functools.lru_cache(maxsize=256)
+def _bwd_config(m: int, n: int, device_index: int | None, dw_bytes: int):
+    """``(BLOCK, ONE_TILE, tiles, groups, rows_per_program, num_warps)`` of the backward grid."""
+    one_tile = n <= MAX_FUSED_N_BWD
+    block = triton.next_power_of_2(n) if one_tile else BWD_TILE
+    tiles = triton.cdiv(n, block)
+    if device_index is None:
         programs = INTERPRETER_PROGRAMS
     else:
-        index = device.index if device.index is not None else torch.cuda.current_device()
         per_sm = max(MIN_PROGRAMS_PER_SM, min(MAX_PROGRAMS_PER_SM, 8192 // block))
-        programs = _sm_count(index) * per_sm
-    budget = max(1, DW_SCRATCH_BYTES // (n * acc_bytes))
-    return max(1, min(m, programs // tiles, budget))
+        programs = _sm_count(device_index) * per_sm
+    budget = max(1, DW_SCRATCH_BYTES // (n * dw_bytes))
+    groups = max(1, min(m, programs // tiles, budget))
+    rows_per_program = triton.cdiv(m, groups)
+    groups = triton.cdiv(m, rows_per_program)  # no program without rows
+    warps = _bwd_num_warps(block) if one_tile else BWD_TILE_WARPS
+    return block, one_tile, tiles, groups, rows_per_program, warps
+
+
+def _device_index(t: torch.Tensor) -> int | None:
+    """The CUDA device index of ``t``, or None where kernels run in the interpreter."""
+    if BACKEND == "interpreter":
+        return None
+    index = t.get_device()
+    return index if index >= 0 else None
+
+
+#: Tree counters per (device, stream), kept at zero between launches (the kernel resets them).
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def tree_counters(device: torch.device, index: int | None, size: int) -> torch.Tensor:
+    """``size`` int32 zeros for the dweight tree of one backward launch.
+
+    Launches on one stream run one after another and each leaves its counters at zero, so one
+    buffer per (device, stream) serves them all without a memset. Under CUDA-graph capture each
+    launch gets its own zeros (a memset node in the graph, replayed before the kernel), so graphs
+    never share counters with each other or with eager calls.
+    """
+    if index is None or torch.cuda.is_current_stream_capturing():
+        return torch.zeros(size, device=device, dtype=torch.int32)
+    key = (index, torch._C._cuda_getCurrentRawStream(index))
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < size:
+        counters = torch.zeros(max(size, 4096), device=device, dtype=torch.int32)
+        _COUNTERS[key] = counters
+    return counters
 
 
 def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -135,32 +194,39 @@ def launch_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Rows in, ``(y (M, N) out_dtype, h (M, N) x.dtype or None, rstd (M,) ACC)`` out."""
     m, n = x2.shape
-    acc = _acc_dtype(out_dtype)
-    y = torch.empty((m, n), device=x2.device, dtype=out_dtype)
-    h = None if residual2 is None else torch.empty((m, n), device=x2.device, dtype=x2.dtype)
-    rstd = torch.empty((m,), device=x2.device, dtype=acc)
+    acc = torch.float64 if out_dtype == torch.float64 else torch.float32
+    device = x2.device
+    y = torch.empty((m, n), device=device, dtype=out_dtype)
+    h = None if residual2 is None else torch.empty((m, n), device=device, dtype=x2.dtype)
+    rstd = torch.empty((m,), device=device, dtype=acc)
     if m == 0:
         return y, h, rstd
-    block, one_pass = _block(n)
-    kernels.rmsnorm_forward_kernel[(m,)](
-        x2,
-        residual2 if residual2 is not None else x2,
-        weight if weight is not None else x2,
-        y,
-        h if h is not None else y,
-        rstd,
-        x2.stride(0),
-        residual2.stride(0) if residual2 is not None else 0,
-        n,
-        *split_float(float(eps)),
-        *split_float(float(offset)),
-        HAS_WEIGHT=weight is not None,
-        HAS_RESIDUAL=residual2 is not None,
-        ACC=_TL_DTYPES[acc],
-        BLOCK=block,
-        ONE_PASS=one_pass,
-        num_warps=_num_warps(block),
-    )
+    rows_kernel, block, rows_or_one_pass, warps = _fwd_config(n)
+    eps_hi, eps_lo = split_float(eps)
+    off_hi, off_lo = split_float(offset)
+    has_w, has_r = weight is not None, residual2 is not None
+    w = weight if has_w else x2
+    r = residual2 if has_r else x2
+    if rows_kernel:
+        FORWARD_ROWS.launch(
+            (triton.cdiv(m, rows_or_one_pass),),
+            (x2, r, w, y, h if has_r else y, rstd, x2.stride(0), r.stride(0), m, n)
+            + (eps_hi, eps_lo, off_hi, off_lo),
+            (has_w, has_r, _TL_DTYPES[acc], block, rows_or_one_pass),
+            warps,
+            1,
+            _device_index(x2),
+        )
+    else:
+        FORWARD.launch(
+            (m,),
+            (x2, r, w, y, h if has_r else y, rstd, x2.stride(0), r.stride(0), n)
+            + (eps_hi, eps_lo, off_hi, off_lo),
+            (has_w, has_r, _TL_DTYPES[acc], block, rows_or_one_pass),
+            warps,
+            1,
+            _device_index(x2),
+        )
     return y, h, rstd
 
 
@@ -175,80 +241,47 @@ def launch_backward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows in, ``(dx (M, N) dx_dtype, dweight (N,) weight.dtype or None)`` out."""
     m, n = x2.shape
-    acc = rstd.dtype
-    dx = torch.empty((m, n), device=x2.device, dtype=dx_dtype)
+    device = x2.device
+    dx = torch.empty((m, n), device=device, dtype=dx_dtype)
+    has_w = weight is not None
     if m == 0:
-        dw = None if weight is None else torch.zeros_like(weight)
-        return dx, dw
-    one_tile = n <= MAX_FUSED_N_BWD
-    block = triton.next_power_of_2(n) if one_tile else BWD_TILE
-    tiles = triton.cdiv(n, block)
+        return dx, (torch.zeros_like(weight) if has_w else None)
+    acc = rstd.dtype
+    dw_acc = torch.float64 if DW_FLOAT64 or acc == torch.float64 else torch.float32
+    index = _device_index(x2)
+    block, one_tile, tiles, groups, rows_per_program, warps = _bwd_config(
+        m, n, index, dw_acc.itemsize
+    )
+    off_hi, off_lo = split_float(offset)
+    w = weight if has_w else x2
     mean_ux = rstd  # placeholder pointer when the row reduction happens in the tile kernel
     if not one_tile:
         mean_ux = torch.empty_like(rstd)
-        kernels.rmsnorm_row_dot_kernel[(m,)](
-            dy2,
-            x2,
-            weight if weight is not None else x2,
-            mean_ux,
-            dy2.stride(0),
-            x2.stride(0),
-            n,
-            *split_float(float(offset)),
-            HAS_WEIGHT=weight is not None,
-            ACC=_TL_DTYPES[acc],
-            BLOCK=LOOP_BLOCK,
-            num_warps=_num_warps(LOOP_BLOCK),
+        ROW_DOT.launch(
+            (m,),
+            (dy2, x2, w, mean_ux, dy2.stride(0), x2.stride(0), n, off_hi, off_lo),
+            (has_w, _TL_DTYPES[acc], LOOP_BLOCK),
+            _num_warps(LOOP_BLOCK),
+            1,
+            index,
         )
-    groups = _row_groups(m, n, block, tiles, x2.device, acc.itemsize)
-    rows_per_program = triton.cdiv(m, groups)
-    groups = triton.cdiv(m, rows_per_program)  # no program without rows
-    partial = rstd  # placeholder pointer without a weight
-    if weight is not None:
-        partial = torch.empty((groups, n), device=x2.device, dtype=acc)
-    kernels.rmsnorm_backward_kernel[(groups, tiles)](
-        dy2,
-        x2,
-        weight if weight is not None else x2,
-        rstd,
-        mean_ux,
-        dh2 if dh2 is not None else dy2,
-        dx,
-        partial,
-        dy2.stride(0),
-        x2.stride(0),
-        dh2.stride(0) if dh2 is not None else 0,
-        m,
-        n,
-        *split_float(float(offset)),
-        rows_per_program,
-        HAS_WEIGHT=weight is not None,
-        HAS_DH=dh2 is not None,
-        ACC=_TL_DTYPES[acc],
-        BLOCK=block,
-        ONE_TILE=one_tile,
-        num_warps=_bwd_num_warps(block) if one_tile else BWD_TILE_WARPS,
+    dw = partial = counters = rstd  # placeholder pointers without a weight
+    if has_w:
+        dw = torch.empty((n,), device=device, dtype=weight.dtype)
+        partial = torch.empty((groups, n), device=device, dtype=dw_acc)
+        counters = tree_counters(device, index, tiles * groups)
+    has_dh = dh2 is not None
+    dh = dh2 if has_dh else dy2
+    BACKWARD.launch(
+        (groups, tiles),
+        (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters)
+        + (dy2.stride(0), x2.stride(0), dh.stride(0), m, n, off_hi, off_lo, rows_per_program),
+        (has_w, has_dh, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile, BWD_STAGES),
+        warps,
+        1,
+        index,
     )
-    if weight is None:
-        return dx, None
-    return dx, reduce_dweight(partial, weight.dtype)
-
-
-def reduce_dweight(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``(G, N)`` partials -> ``(N,)`` column sums in ``dtype``, summed in a fixed order."""
-    g, n = partial.shape
-    dw = torch.empty((n,), device=partial.device, dtype=dtype)
-    kernels.dweight_sum_kernel[(triton.cdiv(n, SUM_BLOCK_N),)](
-        partial,
-        dw,
-        g,
-        n,
-        ACC=_TL_DTYPES[partial.dtype],
-        BLOCK_G=SUM_BLOCK_G,
-        BLOCK_N=SUM_BLOCK_N,
-        num_warps=4,
-    )
-    return dw
+    return dx, (dw if has_w else None)
 
 
 def output_dtype(x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
@@ -264,7 +297,8 @@ def forward_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The seed's launcher: ``x [..., N]`` -> ``(y [..., N], rstd [M])``, contract checked first."""
     check_contract(x, weight, eps)
-    y, _, rstd = launch_forward(as_rows(x, "x"), weight, None, eps, 0.0, output_dtype(x, weight))
+    x2 = as_rows(x, "x")
+    y, _, rstd = launch_forward(x2, weight, None, float(eps), 0.0, output_dtype(x, weight))
     return y.view(x.shape), rstd
 
 

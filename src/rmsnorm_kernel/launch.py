@@ -1,0 +1,92 @@
+"""Launch ``@triton.jit`` kernels through cached compiled handles: the host-cost hot path.
+
+``kernel[grid](...)`` (``JITFunction.run``) binds every argument, computes Triton's specialisation
+of each, hashes a cache key, builds launch metadata and only then calls the compiled launcher;
+on a slow host that costs tens of microseconds per launch. Here the first launch of each
+specialisation goes through ``JITFunction.run`` (which compiles it and returns the
+``CompiledKernel``); later launches with the same key call the compiled launcher directly
+(``CompiledKernel.run``, the call ``JITFunction.run`` itself ends with, stable in triton 3.6-3.9).
+
+The key must separate everything Triton specialises on, or a handle compiled for other
+arguments would run: the device, the constexpr values, ``num_warps``/``num_stages``, each
+pointer's dtype and 16-byte alignment, and each integer's class (== 1, divisible by 16, fits in
+int32), exactly as ``triton._C.libtriton.native_specialize_impl`` classifies them.
+
+Triton's interpreter (the CPU backend) has no compiled handle: there every launch takes
+``kernel[grid](...)``, as does any launch while a Triton launch hook (a profiler) is installed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backend import BACKEND
+
+try:  # triton >= 3.4 keeps hooks in knobs; older ones on CompiledKernel
+    from triton import knobs as _knobs
+except ImportError:  # pragma: no cover - outside the supported range
+    _knobs = None
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _hooks_installed() -> bool:
+    """A launch hook (e.g. Triton's profiler) must see every launch: then take the slow path."""
+    if _knobs is None:
+        return False
+    runtime = _knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+def _spec(arg) -> object:
+    """What Triton specialises an argument on (see the module docstring)."""
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype, arg.data_ptr() % 16 == 0
+    if isinstance(arg, bool) or not isinstance(arg, int):
+        return type(arg)  # floats are never specialised on their value
+    return arg == 1, arg % 16 == 0, _INT32_MIN <= arg <= _INT32_MAX
+
+
+class CachedKernel:
+    """``launch(grid, args, consts, num_warps, num_stages, device_index)`` for one ``@triton.jit``.
+
+    ``args``: the runtime arguments in signature order; ``consts``: the trailing constexpr values,
+    in signature order (a hashable tuple). ``launches`` counts ``(compiled, cached)`` launches so
+    that GPU tests can check the cached path really runs.
+    """
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+        self.handles: dict[tuple, tuple] = {}
+        self.launches = {"compiled": 0, "cached": 0}
+
+    def launch(
+        self,
+        grid: tuple[int, ...],
+        args: tuple,
+        consts: tuple,
+        num_warps: int,
+        num_stages: int,
+        device_index: int | None,
+    ) -> None:
+        if BACKEND == "interpreter" or device_index is None:
+            self.fn[grid](*args, *consts, num_warps=num_warps, num_stages=num_stages)
+            return
+        key = (device_index, consts, num_warps, num_stages, *map(_spec, args))
+        handle = self.handles.get(key)
+        if handle is None or _hooks_installed():
+            with torch.cuda.device(device_index):
+                compiled = self.fn[grid](*args, *consts, num_warps=num_warps, num_stages=num_stages)
+            if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
+                compiled = compiled.result()
+            self.handles[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+            self.launches["compiled"] += 1
+            return
+        run, function, packed = handle
+        grid_1 = grid[1] if len(grid) > 1 else 1
+        stream = torch._C._cuda_getCurrentRawStream(device_index)
+        run(grid[0], grid_1, 1, stream, function, packed, None, None, None, *args, *consts)
+        self.launches["cached"] += 1
