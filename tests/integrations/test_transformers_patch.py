@@ -1,0 +1,86 @@
+"""``patch`` / ``unpatch`` on tiny Hugging Face models of each family (CPU, float32).
+
+Tolerances were fixed before the first run. Patched and unpatched models differ only in float32
+arithmetic order (the kernel's ``1/sqrt`` and row sum vs torch's ``rsqrt`` and ``mean``), i.e. a
+few ulps per norm, so logits must agree to 1e-5 and every parameter gradient to 1e-5 + 1e-4 rel.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_models import FAMILIES, logits_and_grads, tiny_model, tokens
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel.integrations.transformers import patch, unpatch
+
+LOGITS_TOL = {"atol": 1e-5, "rtol": 1e-5}
+GRAD_TOL = {"atol": 1e-5, "rtol": 1e-4}
+
+
+def norm_modules(model) -> dict[str, torch.nn.Module]:
+    return {n: m for n, m in model.named_modules() if "RMSNorm" in type(m).__name__}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_patched_model_matches_unpatched(family, device):
+    model = tiny_model(family).to(device)
+    ids = tokens().to(device)
+    norms = norm_modules(model)
+    classes = {n: type(m) for n, m in norms.items()}
+    params = {n: p for n, p in model.named_parameters()}
+    keys = list(model.state_dict())
+    ref_logits, ref_grads = logits_and_grads(model, ids)
+
+    count = patch(model)
+
+    # Every norm module, and only those, became a kernel subclass of its own class, in place.
+    assert count == len(norms) > 0
+    for name, module in model.named_modules():
+        if name in norms:
+            assert module is norms[name]
+            assert type(module).__name__ == "Kernel" + classes[name].__name__
+            assert isinstance(module, classes[name])
+    if family in ("qwen3", "gemma3"):  # the per-head q/k norms over head_dim are patched too
+        assert type(model.model.layers[0].self_attn.q_norm).__name__.startswith("Kernel")
+    # Same Parameter objects and state_dict keys: optimizers and checkpoints are unaffected.
+    assert all(p is params[n] for n, p in model.named_parameters())
+    assert list(model.state_dict()) == keys
+
+    rk.reset_calls()
+    logits, grads = logits_and_grads(model, ids)
+    # Each norm runs once per forward and once per backward, through the kernel.
+    assert rk.CALLS == {"forward": count, "backward": count}
+    torch.testing.assert_close(logits, ref_logits, **LOGITS_TOL)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], **GRAD_TOL, msg=lambda m, n=name: n + m)
+
+    assert patch(model) == 0  # already patched: nothing new
+    assert unpatch(model) == count
+    assert {n: type(m) for n, m in norm_modules(model).items()} == classes
+    rk.reset_calls()
+    restored, _ = logits_and_grads(model, ids)
+    assert rk.CALLS == {"forward": 0, "backward": 0}
+    torch.testing.assert_close(restored, ref_logits, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_save_pretrained_round_trip(family, tmp_path, device):
+    model = tiny_model(family).to(device)
+    ids = tokens().to(device)
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits
+    patch(model)
+    with torch.no_grad():
+        patched = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path)
+
+    loaded = FAMILIES[family][1].from_pretrained(tmp_path).to(device).eval()
+    assert list(loaded.state_dict()) == list(model.state_dict())
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor, atol=0, rtol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, ref, atol=0, rtol=0)
+        assert patch(loaded) == len(norm_modules(loaded))
+        torch.testing.assert_close(loaded(input_ids=ids).logits, patched, atol=0, rtol=0)

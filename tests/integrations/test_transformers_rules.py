@@ -1,0 +1,207 @@
+"""Each family's rounding rule, reproduced exactly; classes we do not reproduce are refused.
+
+A norm module alone, patched vs unpatched, on 256 rows of 64. ``ulp_dtype`` is the narrowest
+dtype the family's rule rounds to. When that is float16/bfloat16, at least 99% of the outputs must
+be bitwise equal (the kernel's float32 ``r`` may differ from torch's ``rsqrt`` by an ulp, which
+flips a rare rounding) and none may be further than one ulp of it: applying the weight inside the
+kernel (one rounding) where Llama rounds twice fails that (checked below). When it is float32
+(float32 or float64 outputs) the outputs must agree to two float32 ulps.
+
+bfloat16 is checked on the GPU only: Triton's interpreter truncates float32 -> bfloat16 stores
+(round toward zero) where compiled kernels and PyTorch round to nearest even, so on the CPU a
+bfloat16 output is only held to two ulps there (``test_bf16_in_the_interpreter_within_two_ulps``:
+Llama's first rounding truncated, <= 1 ulp, then both sides round the product, <= 1/2 ulp each).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel.integrations.transformers import UnsupportedNormError, patch, unpatch
+
+F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
+ULP = {BF16: 2**-7, F16: 2**-10, F32: 2**-23}
+MIN_EXACT = 0.99
+GPU = pytest.mark.gpu
+
+
+def patched_vs_original(norm_cls, x_dtype, w_dtype, centre, device):
+    """``(original output, patched output)`` of one norm module on the same input."""
+    torch.manual_seed(0)
+    norm = norm_cls(64, eps=1e-6).to(device=device, dtype=w_dtype)
+    with torch.no_grad():
+        norm.weight.normal_(centre, 0.5)
+    x = (torch.randn(256, 64, device=device) * 3).to(x_dtype)
+    with torch.no_grad():
+        ref = norm(x)
+        assert patch(norm) == 1
+        got = norm(x)
+    return ref, got
+
+
+def assert_exact_rule(ref, got, ulp_dtype):
+    assert got.dtype == ref.dtype
+    if ulp_dtype in (F16, BF16):
+        exact = (got == ref).float().mean().item()
+        assert exact >= MIN_EXACT, f"only {exact:.4f} of the outputs are bitwise equal"
+        torch.testing.assert_close(got, ref, atol=0, rtol=ULP[ulp_dtype])
+    else:
+        torch.testing.assert_close(got, ref, atol=1e-6, rtol=2 * ULP[F32])
+
+
+LLAMA_CASES = [  # (x dtype, weight dtype, ulp dtype)
+    (F16, F16, F16),  # a half-precision model: x*r rounded to fp16, then the fp16 product
+    (F16, F32, F16),  # q/k norms under autocast: fp16 x, fp32 weight, fp32 output
+    (F32, F16, F32),  # fp32 residual stream with a half weight: fp32 output, one rounding
+    (F32, F32, F32),
+    (F64, F64, F32),  # Llama computes float64 input in float32
+    pytest.param(BF16, BF16, BF16, marks=GPU),
+    pytest.param(BF16, F32, BF16, marks=GPU),
+    pytest.param(F32, BF16, F32, marks=GPU),
+]
+GEMMA_CASES = [
+    (F16, F16, F16),
+    (F16, F32, F16),  # output fp16: Gemma casts back to x's dtype
+    (F32, F32, F32),
+    (F64, F64, F32),  # Gemma computes float64 input in float32
+    pytest.param(BF16, BF16, BF16, marks=GPU),
+    pytest.param(BF16, F32, BF16, marks=GPU),
+]
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype, ulp_dtype", LLAMA_CASES)
+def test_llama_rule(x_dtype, w_dtype, ulp_dtype, device):
+    ref, got = patched_vs_original(LlamaRMSNorm, x_dtype, w_dtype, 1.0, device)
+    assert_exact_rule(ref, got, ulp_dtype)
+
+
+@pytest.mark.parametrize("x_dtype, w_dtype, ulp_dtype", GEMMA_CASES)
+def test_gemma_rule(x_dtype, w_dtype, ulp_dtype, device):
+    ref, got = patched_vs_original(GemmaRMSNorm, x_dtype, w_dtype, 0.0, device)
+    assert_exact_rule(ref, got, ulp_dtype)
+    if x_dtype == F64:  # computed in float32, then cast: every value is a float32
+        assert torch.equal(got, got.float().double())
+
+
+@pytest.mark.parametrize("norm_cls, centre", [(LlamaRMSNorm, 1.0), (GemmaRMSNorm, 0.0)])
+def test_bf16_in_the_interpreter_within_two_ulps(norm_cls, centre):
+    if rk.BACKEND != "interpreter":
+        pytest.skip("the exact bf16 rule runs instead (test_*_rule, gpu cases)")
+    ref, got = patched_vs_original(norm_cls, BF16, BF16, centre, "cpu")
+    assert got.dtype == BF16
+    torch.testing.assert_close(got, ref, atol=0, rtol=2 * ULP[BF16])
+
+
+@pytest.mark.parametrize("dtype", [F16, pytest.param(BF16, marks=GPU)])
+def test_single_rounding_would_fail_the_llama_rule(dtype, device):
+    """The 99% rule can fail: the kernel applying a half weight itself misses Llama's numbers."""
+    torch.manual_seed(0)
+    norm = LlamaRMSNorm(64, eps=1e-6).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+        x = (torch.randn(256, 64, device=device) * 3).to(dtype)
+        single = rk.rmsnorm(x, norm.weight, 1e-6)
+        exact = (single == norm(x)).float().mean().item()
+    assert exact < MIN_EXACT
+
+
+@pytest.mark.parametrize("dtype", [F16, pytest.param(BF16, marks=GPU)])
+def test_half_gradients_follow_the_rule(dtype, device):
+    """dx and dweight of a half-precision Llama norm match autograd through the original."""
+    torch.manual_seed(0)
+    norm = LlamaRMSNorm(64, eps=1e-6).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        norm.weight.normal_(1.0, 0.5)
+    x = (torch.randn(256, 64, device=device) * 3).to(dtype).requires_grad_()
+    dy = torch.randn(256, 64, device=device).to(dtype)
+    grads = []
+    for do_patch in (False, True):
+        if do_patch:
+            patch(norm)
+        x.grad, norm.weight.grad = None, None
+        norm(x).backward(dy)
+        grads.append((x.grad, norm.weight.grad))
+    (dx_ref, dw_ref), (dx, dw) = grads
+    # Gradients pass through row/column sums in another order: held to 2 ulps, 1e-2 near zero.
+    torch.testing.assert_close(dx, dx_ref, atol=1e-2, rtol=2 * ULP[dtype])
+    torch.testing.assert_close(dw, dw_ref, atol=1e-2, rtol=2 * ULP[dtype])
+
+
+class UnknownRMSNorm(nn.Module):
+    """An RMSNorm-like module whose math (weight outside the cast) is neither convention."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.variance_epsilon = 1e-6
+
+    def forward(self, x):
+        h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (self.weight * h).to(x.dtype)
+
+
+class Block(nn.Module):
+    def __init__(self, unknown):
+        super().__init__()
+        self.known = LlamaRMSNorm(8)
+        self.other = unknown
+
+
+def test_unknown_class_is_refused_by_name_before_any_change():
+    model = Block(UnknownRMSNorm(8))
+    with pytest.raises(UnsupportedNormError, match=r"UnknownRMSNorm at 'other'.*allow_unknown"):
+        patch(model)
+    assert type(model.known) is LlamaRMSNorm  # nothing was patched
+
+
+def test_allow_unknown_leaves_it_and_patches_the_rest():
+    model = Block(UnknownRMSNorm(8))
+    assert patch(model, allow_unknown=True) == 1
+    assert type(model.other) is UnknownRMSNorm
+    assert type(model.known).__name__ == "KernelLlamaRMSNorm"
+    assert unpatch(model) == 1
+
+
+def test_a_known_name_whose_source_changed_is_refused():
+    class LlamaRMSNorm(nn.Module):  # noqa: N801 - same name as transformers' class, other math
+        def __init__(self, n):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(n))
+            self.variance_epsilon = 1e-6
+
+        def forward(self, hidden_states):
+            input_dtype = hidden_states.dtype
+            hidden_states = hidden_states.to(torch.float32)
+            variance = hidden_states.pow(2).mean(-1, keepdim=True)
+            hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+            return (self.weight * hidden_states).to(input_dtype)  # rounded once: not Llama's
+
+    with pytest.raises(UnsupportedNormError, match="no longer matches the llama convention"):
+        patch(Block(LlamaRMSNorm(8)))
+
+
+def test_bad_attributes_are_refused():
+    norm = LlamaRMSNorm(8)
+    norm.variance_epsilon = None
+    with pytest.raises(UnsupportedNormError, match="variance_epsilon must be a real number"):
+        patch(norm)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        patch("model")
+
+
+def test_integration_imports_no_transformers_and_no_experiment_layer():
+    code = (
+        "import sys, rmsnorm_kernel.integrations.transformers\n"
+        "names = ('transformers', 'hydra', 'lightning', 'omegaconf')\n"
+        "bad = [m for m in names if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
