@@ -1,4 +1,4 @@
-"""check-forward / check-backward / check-gamma: cases, tolerances, JSON, exit codes."""
+"""check-forward / check-backward / check-weight: cases, tolerances, JSON, exit codes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 
 from rmsnorm_kernel.cli.campaigns.cases import build_cases, make_inputs
 from rmsnorm_kernel.cli.campaigns.runner import run_campaign
-from rmsnorm_kernel.cli.main import compose
 from rmsnorm_kernel.cli.exercise.mutants import mutant_rmsnorm
+from rmsnorm_kernel.cli.main import compose
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +19,14 @@ def cfg():
 
 
 def test_seed_grid_is_the_seeds_72_cases(cfg):
-    cases = build_cases(cfg.campaign.catalogue, ["seed"])
+    cases = build_cases(cfg.campaign.catalogue, ["tutorial"])
     assert len(cases) == 72
     assert {c.m for c in cases} >= {1, 17}
-    assert {c.n for c in cases} >= {256, 257, 4096}  # BLOCK == N, BLOCK > N, the seed's max
+    assert {c.n for c in cases} >= {256, 257, 4096}  # BLOCK == N, BLOCK > N, the tutorial's max
     assert any(c.n & (c.n - 1) for c in cases if c.n not in (257,))  # another non-power of two
     assert {c.dtype for c in cases} == {"float32", "float16"}
-    assert {c.inputs for c in cases} == {"unit", "random", "wide"}  # gamma = 1 and varied
-    assert all(c.seed_contract for c in cases)
+    assert {c.inputs for c in cases} == {"unit", "random", "wide"}  # weight = 1 and varied
+    assert all(c.tutorial_contract for c in cases)
 
 
 def test_default_grids_go_beyond_the_seed(cfg):
@@ -47,17 +47,20 @@ def test_tolerances_are_the_issues(cfg):
 
 
 def test_inputs_depend_only_on_the_case(cfg):
-    case = build_cases(cfg.campaign.catalogue, ["seed"])[5]
+    case = build_cases(cfg.campaign.catalogue, ["tutorial"])[5]
     a, b = make_inputs(case, "cpu"), make_inputs(case, "cpu")
     assert torch.equal(a.x, b.x) and torch.equal(a.dy, b.dy)
-    strided = next(c for c in build_cases(cfg.campaign.catalogue, ["beyond"])
-                   if c.layout == "strided")
+    strided = next(
+        c for c in build_cases(cfg.campaign.catalogue, ["beyond"]) if c.layout == "strided"
+    )
     x = make_inputs(strided, "cpu").x
     assert not x.is_contiguous() and x.stride() == (strided.n + 64, 1)
 
 
-@pytest.mark.parametrize("command,quantity", [("check-forward", "y"), ("check-backward", "dx"),
-                                              ("check-gamma", "dgamma")])
+@pytest.mark.parametrize(
+    "command,quantity",
+    [("check-forward", "y"), ("check-backward", "dx"), ("check-weight", "dweight")],
+)
 def test_campaign_passes_and_writes_json(smoke_checks, command, quantity):
     payload = read_json(smoke_checks / f"{command}.json")
     assert payload["passed"] and payload["quantity"] == quantity
@@ -83,7 +86,12 @@ def test_a_broken_kernel_fails_the_campaign(cfg, tmp_path):
 
 def test_exit_code_non_zero_on_failure(tmp_path):
     """A case outside the tolerance makes the command exit non-zero (fp32 atol/rtol of 0)."""
-    code = run_cli("check-forward", "campaign.grids=[smoke]", f"campaign.out_dir={tmp_path}",
-                   "campaign.tolerances.float32.atol=0", "campaign.tolerances.float32.rtol=0")
+    code = run_cli(
+        "check-forward",
+        "campaign.grids=[smoke]",
+        f"campaign.out_dir={tmp_path}",
+        "campaign.tolerances.float32.atol=0",
+        "campaign.tolerances.float32.rtol=0",
+    )
     assert code == 1
     assert not read_json(tmp_path / "check-forward.json")["passed"]

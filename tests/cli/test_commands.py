@@ -1,4 +1,4 @@
-"""reference, plot, benchmark (refusal without a GPU), check-environment, check-checkpoints."""
+"""reference, plot, check-environment, check-checkpoints."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import torch
 from cli_helpers import read_json, run_cli
 
 from rmsnorm_kernel.cli.main import main
-
-needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-GPU refusal")
 
 
 def test_reference_checks_oracle_and_writes_splits(tmp_path):
@@ -50,42 +48,6 @@ def test_plot_without_any_json_fails(tmp_path):
         )
         == 1
     )
-
-
-@needs_no_gpu
-def test_benchmark_refuses_without_gpu(tmp_path, capsys):
-    code = run_cli("benchmark", f"benchmark.out_dir={tmp_path}")
-    assert code != 0
-    out = capsys.readouterr().out
-    assert "needs a CUDA GPU" in out
-    assert not (tmp_path / "benchmark.json").exists()
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_benchmark_on_gpu_reports_every_peer(tmp_path):
-    code = run_cli(
-        "benchmark",
-        f"benchmark.out_dir={tmp_path}",
-        "benchmark.samples=3",
-        "benchmark.calls_per_sample=2",
-        "benchmark.warmup_calls=2",
-        "benchmark.shapes=[{m:128,n:257,dtype:float32}]",
-    )
-    assert code == 0
-    rows = read_json(tmp_path / "benchmark.json")["results"]
-    impls = {r["implementation"] for r in rows}
-    assert impls == {
-        "reference",
-        "kernel",
-        "torch_rms_norm",
-        "torch_compile_reference",
-        "liger",
-        "quack",
-    }  # missing peers are listed as "not installed"
-    for r in rows:
-        if r["implementation"] in ("reference", "kernel"):
-            assert r["status"] == "ok" and r["median_us"] > 0 and r["gb_per_s"] > 0
 
 
 def test_check_environment(capsys):

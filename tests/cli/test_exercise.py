@@ -1,4 +1,4 @@
-"""exercise: the seed's BLOCK-denominator figures, and every mutant killed."""
+"""exercise: the tutorial's BLOCK-denominator figures, and every mutant killed."""
 
 from __future__ import annotations
 
@@ -20,8 +20,14 @@ def test_block_mutant_reproduces_the_seeds_table(n, expected, device):
 
 def test_required_mutants_exist():
     names = {m.name for m in MUTANTS.values()}
-    assert {"forward-block-mean", "backward-block-mean", "dgamma-row-mean", "missing-r3-term",
-            "rows-by-block", "no-fp32-upcast"} <= names
+    assert {
+        "forward-block-mean",
+        "backward-block-mean",
+        "dweight-row-mean",
+        "missing-r3-term",
+        "rows-by-block",
+        "no-fp32-upcast",
+    } <= names
 
 
 def test_every_mutant_is_killed(tmp_path):
@@ -43,8 +49,13 @@ def test_every_mutant_is_killed(tmp_path):
 
 def test_a_surviving_mutant_fails_the_exercise(tmp_path):
     """Only N=256 cases: the BLOCK-denominator mutant survives and the exit code says so."""
-    code = run_cli("exercise", "+campaign.catalogue.n256=[{m:[1],n:[256],dtype:[float32]}]",
-                   "exercise.grids=[n256]", "exercise.mutants=[1]", "exercise.control=false",
-                   f"exercise.out_dir={tmp_path}")
+    code = run_cli(
+        "exercise",
+        "+campaign.catalogue.n256=[{m:[1],n:[256],dtype:[float32]}]",
+        "exercise.grids=[n256]",
+        "exercise.mutants=[1]",
+        "exercise.control=false",
+        f"exercise.out_dir={tmp_path}",
+    )
     assert code == 1
     assert read_json(tmp_path / "exercise.json")["survivors"] == [1]

@@ -52,7 +52,7 @@ def run_check_environment(console=None) -> int:
     errs = {
         "y": (y - y_ref).abs().max().item(),
         "dx": (dx - dx_ref).abs().max().item(),
-        "dgamma": (dw - dw_ref).abs().max().item(),
+        "dweight": (dw - dw_ref).abs().max().item(),
     }
     ok = all(
         torch.allclose(a, b, atol=1e-5, rtol=1e-4)

@@ -1,4 +1,4 @@
-"""The seed's command set: ``python -m rmsnorm_kernel.cli <command> [hydra overrides...]``.
+"""The command set: ``python -m rmsnorm_kernel.cli <command> [hydra overrides...]``.
 
 Each command proves one claim (and is a Make target of the same name):
 
@@ -8,18 +8,22 @@ command                what it proves / does
 reference              the float64 oracle is right (gradcheck, manual_backward); writes splits
 check-forward          y matches the float64 oracle on every case, every element
 check-backward         dx matches the float64 oracle (autograd) on every case, every element
-check-gamma            dgamma matches the float64 oracle (autograd) on every case
+check-weight           dweight matches the float64 oracle (autograd) on every case
+                       (``check-gamma``: the same command under its old name)
 exercise               every planted classic kernel bug is caught (mutation testing)
-benchmark              latency and GB/s, reference vs kernel vs peers (GPU only)
-plot                   PNG figures from the JSON of the checks and the benchmark
-check-checkpoints      exported checkpoints load and match (experiment layer)
+bench                  ours beside its peers: graph and end-to-end times, GB/s, ratios, host
+                       cost, peak memory, bandwidth curves (GPU only; ``--quick``: fewer shapes)
+benchmark              ``bench`` with the tutorial's timing protocol (``benchmark=tutorial``)
+plot                   PNG figures from the JSON of the checks and of ``bench``
+check-checkpoints      exported checkpoints reload bit for bit (``make reload-check``'s code)
 clean                  delete generated files under outputs/ and checkpoints/ (--dry-run lists)
 check-environment      CUDA + one real kernel launch, or a clear "interpreter" notice
 =====================  ========================================================================
 
-Configs are composed with Hydra's compose API from the repo's ``conf/`` (root ``train.yaml``),
-with ``experiment=minimum`` by default and ``experiment=exercise`` for ``exercise``; positional
-arguments are Hydra overrides, e.g. ``check-forward campaign.grids=[smoke]``.
+Configs are composed with Hydra's compose API from the repo's ``conf/cli.yaml`` (groups
+``campaign``, ``exercise``, ``benchmark``); positional arguments are Hydra overrides, e.g.
+``check-forward campaign.grids=[smoke]``. A config value that breaks its rule stops the command
+with exit code 2 before it writes anything.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-CONF_DIR = (
-    Path(__file__).resolve().parents[3] / "conf"
-)  # src/rmsnorm_kernel/cli/main.py -> repo/conf
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # .../src/rmsnorm_kernel/cli -> repo
 CONFIG_NAME = "cli"  # conf/cli.yaml: the command set's own root, apart from training's
-CAMPAIGNS = ("check-forward", "check-backward", "check-gamma")
+CAMPAIGNS = ("check-forward", "check-backward", "check-weight")
+# Old names kept so existing scripts and Make targets still run the same code.
+ALIASES = {"check-gamma": "check-weight"}
+# Commands that are `bench` with a config preset.
+PRESETS = {"benchmark": "benchmark=tutorial"}
 
 
 def compose(overrides: Sequence[str] = (), *, config_dir: Path | None = None):
@@ -54,27 +60,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
-    def add(name: str, help_: str, overrides: bool = True) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
+    def add(name: str, help_: str, overrides: bool = True, **kw) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_, **kw)
         if overrides:
             p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. campaign.seed=1")
             p.add_argument(
-                "--config-dir",
-                type=Path,
-                default=None,
-                help=f"Hydra config dir (default {CONF_DIR})",
+                "--config-dir", type=Path, default=None, help=f"config dir (default {CONF_DIR})"
             )
         return p
 
     add("reference", "gradcheck the float64 oracle; write the synthetic splits (safetensors)")
-    for name in CAMPAIGNS:
-        add(name, f"{name}: compare with the float64 oracle on every configured case")
+    add("check-forward", "y against the float64 oracle on every configured case")
+    add("check-backward", "dx against the float64 oracle on every configured case")
+    add(
+        "check-weight",
+        "dweight against the float64 oracle on every configured case",
+        aliases=list(ALIASES),
+    )
     add("exercise", "mutation testing: every planted kernel bug must be caught")
-    add("benchmark", "seed protocol timing, reference vs kernel vs peers (needs a GPU)")
-    add("plot", "PNG figures from the checks' and the benchmark's JSON")
+    p = add("bench", "ours beside F.rms_norm, torch.compile, Liger, quack (needs a GPU)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes and curve points")
+    add("benchmark", "bench with the tutorial's timing protocol (needs a GPU)")
+    add("plot", "PNG figures from the checks' and bench's JSON (paths.figures_dir)")
     sub.add_parser(
         "check-checkpoints",
-        help="verify exported checkpoints: the same code as `make reload-check`",
+        help="exported checkpoints reload bit for bit: the code of `make reload-check` "
+        "(its arguments: --ckpt PATH, --root DIR)",
         add_help=False,
     )
     p = add("clean", "delete generated files under outputs/ and checkpoints/", overrides=False)
@@ -97,11 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return reload_main(argv[1:])
     args = _parser().parse_args(argv)
-    cmd = args.command
+    cmd = ALIASES.get(args.command, args.command)
     from rich.console import Console
 
     # Wide enough for the tables when piped to a log (rich defaults to 80 columns off a terminal).
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=None if sys.stdout.isatty() else 200)
     if cmd == "clean":
         from rmsnorm_kernel.cli.clean import run_clean
 
@@ -111,7 +122,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_check_environment(console)
 
-    cfg = compose(args.overrides, config_dir=args.config_dir)
+    from rmsnorm_kernel.cli.validate import ConfigError
+
+    overrides = list(args.overrides)
+    if cmd in PRESETS:
+        overrides.insert(0, PRESETS[cmd])
+    if getattr(args, "quick", False):
+        overrides.insert(0, "benchmark=quick")
+    cfg = compose(overrides, config_dir=args.config_dir)
+    try:
+        return _run(cmd, cfg, console)
+    except ConfigError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        return 2
+
+
+def _run(cmd: str, cfg, console) -> int:
     if cmd == "reference":
         from rmsnorm_kernel.cli.campaigns.reference_check import run_reference
 
@@ -125,16 +151,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rmsnorm_kernel.cli.exercise.runner import run_exercise
 
         return run_exercise(cfg, console)
-    if cmd == "benchmark":
-        from rmsnorm_kernel.cli.bench.benchmark import run_benchmark
+    if cmd in ("bench", "benchmark"):
+        from rmsnorm_kernel.cli.bench.run import run_bench
 
-        return run_benchmark(cfg.benchmark, console)
+        return run_bench(cfg.benchmark, console)
     if cmd == "plot":
         from rmsnorm_kernel.cli.plots import run_plots
 
         return run_plots(
             Path(cfg.campaign.out_dir),
-            Path(cfg.benchmark.out_dir) / "benchmark.json",
+            Path(cfg.benchmark.out_dir) / "bench.json",
             Path(cfg.paths.figures_dir),
             console,
         )

@@ -4,7 +4,7 @@
   scale, one colour per dtype) with PyTorch's same-dtype reference error as hollow markers.
 - ``check-tolerance.png``: each case's worst element as a fraction of its tolerance
   (``|err| / (atol + rtol |oracle|)``; above 1 fails).
-- ``benchmark.png``: median latency bars per implementation, one panel per shape and mode.
+- ``bench_curves_<mode>.png``: ``bench``'s bandwidth curves against N and against M.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CAMPAIGNS = ("check-forward", "check-backward", "check-gamma")
+from rmsnorm_kernel.cli.campaigns.evaluate import QUANTITY_OF
+
+CAMPAIGNS = tuple(QUANTITY_OF)  # check-forward, check-backward, check-weight
 COLOURS = {
     "float32": "tab:blue",
     "float16": "tab:orange",
@@ -100,46 +102,12 @@ def plot_checks(check_dir: Path, fig_dir: Path) -> list[Path]:
 
 
 def plot_benchmark(bench_json: Path, fig_dir: Path) -> list[Path]:
+    """The bandwidth curves of a ``bench`` run (the figures ``bench`` writes beside its JSON)."""
     if not bench_json.exists():
         return []
-    import matplotlib
+    from rmsnorm_kernel.cli.bench.figures import plot_curves
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    p = json.loads(bench_json.read_text())
-    groups: dict[tuple, list[dict]] = {}
-    for r in p["results"]:
-        groups.setdefault((r["m"], r["n"], r["dtype"], r["mode"]), []).append(r)
-    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 2.6 * len(groups)), squeeze=False)
-    for ax, ((m, n, dtype, mode), rows) in zip(axes[:, 0], groups.items(), strict=True):
-        names = [r["implementation"] for r in rows]
-        vals = [r["median_us"] or 0.0 for r in rows]
-        bars = ax.barh(
-            names, vals, color=["tab:red" if nm == "kernel" else "tab:gray" for nm in names]
-        )
-        for bar, r in zip(bars, rows, strict=True):
-            label = (
-                f"{r['median_us']:.2f} us, {r['gb_per_s']:.0f} GB/s"
-                if r["median_us"]
-                else r["status"]
-            )
-            ax.text(
-                bar.get_width(),
-                bar.get_y() + bar.get_height() / 2,
-                " " + label,
-                va="center",
-                fontsize=7,
-            )
-        ax.set_title(f"{m}x{n} {dtype} {mode}", fontsize=9)
-        ax.set_xlabel("median latency per call (us)")
-        ax.set_xlim(0, max(vals + [1.0]) * 1.6)
-    fig.suptitle(f"benchmark on {p['environment']['device']}", fontsize=10)
-    fig.tight_layout()
-    path = fig_dir / "benchmark.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    return plot_curves(json.loads(bench_json.read_text()), fig_dir)
 
 
 def run_plots(check_dir: Path, bench_json: Path, fig_dir: Path, console=None) -> int:
@@ -152,7 +120,7 @@ def run_plots(check_dir: Path, bench_json: Path, fig_dir: Path, console=None) ->
         console.print(f"no campaign JSON under {check_dir}: run `make checks` first")
     bench = plot_benchmark(bench_json, fig_dir)
     if not bench:
-        console.print(f"no benchmark JSON at {bench_json}: run `make benchmark` on a GPU first")
+        console.print(f"no benchmark JSON at {bench_json}: run `make bench` on a GPU first")
     for path in made + bench:
         console.print(f"wrote {path}")
     return 0 if made or bench else 1

@@ -5,8 +5,8 @@ those lists. Axes (defaults in brackets):
 
 - ``m``: rows (leading size); ``n``: the row width N (last dim).
 - ``dtype``: dtype of ``x`` (float32, float16, bfloat16, float64).
-- ``inputs``: ``unit`` (x ~ N(0,1), gamma = 1), ``random`` (x ~ N(0,1), gamma ~ 1 + N(0,1)/2),
-  ``wide`` (x ~ 300 * N(0,1), gamma a signed ramp -2..2: fp16 squares overflow past |x| = 256).
+- ``inputs``: ``unit`` (x ~ N(0,1), weight = 1), ``random`` (x ~ N(0,1), weight ~ 1 + N(0,1)/2),
+  ``wide`` (x ~ 300 * N(0,1), weight a signed ramp -2..2: fp16 squares overflow past |x| = 256).
 - ``weight`` [same]: ``same`` (weight dtype = x dtype), a dtype name, or ``none`` (no weight).
 - ``layout`` [contiguous]: ``contiguous`` (M, N); ``batched`` (M, 3, N), a 3-D input;
   ``strided`` rows of a wider (M, N + 64) buffer: row stride N + 64, last dim contiguous.
@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 import torch
+
+from rmsnorm_kernel.cli.validate import ConfigError
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -77,10 +79,17 @@ class Case:
         return self.dtype if self.weight == "same" else self.weight
 
     @property
-    def seed_contract(self) -> bool:
-        """Inside the seed's contract: 2-D contiguous fp32/fp16, weight of x's dtype, N <= 4096."""
-        return (self.layout == "contiguous" and self.weight == "same" and not self.offset
-                and not self.residual and self.dtype in ("float32", "float16") and self.n <= 4096)
+    def tutorial_contract(self) -> bool:
+        """Inside the tutorial's contract: 2-D contiguous fp32/fp16, weight of x's dtype,
+        N <= 4096."""
+        return (
+            self.layout == "contiguous"
+            and self.weight == "same"
+            and not self.offset
+            and not self.residual
+            and self.dtype in ("float32", "float16")
+            and self.n <= 4096
+        )
 
     def as_dict(self) -> dict:
         return {"name": self.name, **asdict(self)}
@@ -95,7 +104,7 @@ def expand_grid(name: str, blocks: Iterable[Mapping]) -> list[Case]:
     for block in blocks:
         unknown = set(block) - set(_AXES)
         if unknown:
-            raise ValueError(f"grid {name!r}: unknown axes {sorted(unknown)} (known: {_AXES})")
+            raise ConfigError(f"grid {name!r}: unknown axes {sorted(unknown)} (known: {_AXES})")
         values = [list(_as_list(block[a])) if a in block else [None] for a in _AXES]
         for combo in itertools.product(*values):
             kwargs = {a: v for a, v in zip(_AXES, combo, strict=True) if v is not None}
@@ -111,7 +120,7 @@ def build_cases(catalogue: Mapping, grids: Iterable[str]) -> list[Case]:
     seen: set[str] = set()
     for grid in grids:
         if grid not in catalogue:
-            raise ValueError(f"unknown grid {grid!r} (catalogue has {sorted(catalogue)})")
+            raise ConfigError(f"unknown grid {grid!r} (catalogue has {sorted(catalogue)})")
         for case in expand_grid(grid, catalogue[grid]):
             if case.name not in seen:
                 seen.add(case.name)
@@ -127,17 +136,17 @@ def _as_list(value) -> Iterable:
 
 def _validate(case: Case) -> None:
     if case.dtype not in DTYPES:
-        raise ValueError(f"case {case.name}: dtype must be one of {list(DTYPES)}")
+        raise ConfigError(f"case {case.name}: dtype must be one of {list(DTYPES)}")
     if case.inputs not in INPUTS:
-        raise ValueError(f"case {case.name}: inputs must be one of {INPUTS}")
+        raise ConfigError(f"case {case.name}: inputs must be one of {INPUTS}")
     if case.layout not in LAYOUTS:
-        raise ValueError(f"case {case.name}: layout must be one of {LAYOUTS}")
+        raise ConfigError(f"case {case.name}: layout must be one of {LAYOUTS}")
     if case.weight not in ("same", "none", *DTYPES):
-        raise ValueError(f"case {case.name}: weight must be same, none or a dtype")
+        raise ConfigError(f"case {case.name}: weight must be same, none or a dtype")
     if case.requires not in ("any", "cuda"):
-        raise ValueError(f"case {case.name}: requires must be any or cuda")
+        raise ConfigError(f"case {case.name}: requires must be any or cuda")
     if case.m < 1 or case.n < 1:
-        raise ValueError(f"case {case.name}: m and n must be positive")
+        raise ConfigError(f"case {case.name}: m and n must be positive")
 
 
 @dataclass

@@ -8,7 +8,7 @@ For a case with inputs ``x, w, dy`` (and optional ``residual``, ``offset``):
 
 With ``residual`` the kernel returns ``(y, h)``, ``h = x + residual`` stored in x's dtype. Two
 claims are checked apart: ``h`` against the exact float64 sum (the ``y`` check includes it), and
-``y``/``dx``/``dgamma`` against the oracle normalising the ``h`` the kernel returned (a float64
+``y``/``dx``/``dweight`` against the oracle normalising the ``h`` the kernel returned (a float64
 leaf; its gradient is dx = dresidual). So the check does not depend on how ``h`` was rounded
 (Triton's interpreter truncates float32 -> bfloat16 where the GPU rounds to nearest even).
 
@@ -29,13 +29,13 @@ from rmsnorm_kernel.cli.campaigns.cases import DTYPES, Case, make_inputs
 from rmsnorm_kernel.reference import rmsnorm_reference
 
 # campaign command -> the quantity it checks
-QUANTITY_OF = {"check-forward": "y", "check-backward": "dx", "check-gamma": "dgamma"}
+QUANTITY_OF = {"check-forward": "y", "check-backward": "dx", "check-weight": "dweight"}
 
 Impl = Callable[..., torch.Tensor]
 
 
 def reference_impl(x, weight, eps=1e-6, *, offset=0.0, residual=None):
-    """The composite the kernel computes, written with the seed's reference."""
+    """The composite the kernel computes, written with the tutorial's reference."""
     h = x + residual if residual is not None else x
     y = rmsnorm_reference(h, weight, eps, offset=offset)
     return (y, h) if residual is not None else y
@@ -78,7 +78,7 @@ def _run(impl: Impl, x, w, r, dy, eps, offset, grads_of: Sequence[str]):
     results = {"y": y.detach()}
     if r is not None:
         results["h"] = out[1].detach()
-    targets = {"dx": x, "dgamma": w}
+    targets = {"dx": x, "dweight": w}
     wanted = [q for q in grads_of if targets.get(q) is not None]
     if wanted:
         grads = torch.autograd.grad(y, [targets[q] for q in wanted], dy)
@@ -115,21 +115,29 @@ def evaluate_case(
     tolerances: Mapping[str, Mapping[str, float]],
     ratio_limits: Mapping[str, float | None] | None = None,
 ) -> CaseResult:
-    """Evaluate ``quantities`` (a subset of y, dx, dgamma) of one case."""
+    """Evaluate ``quantities`` (a subset of y, dx, dweight) of one case."""
     result = CaseResult(case=case)
     start = time.perf_counter()
     if case.weight_dtype is None:
-        quantities = [q for q in quantities if q != "dgamma"]
+        quantities = [q for q in quantities if q != "dweight"]
         if not quantities:
-            result.status, result.message = "skipped", "no weight: no dgamma to check"
+            result.status, result.message = "skipped", "no weight: no dweight to check"
             return result
     inp = make_inputs(case, device, seed)
     grads_of = [q for q in quantities if q != "y"]
     need_grad = bool(grads_of)
     dy = inp.dy
     try:
-        kernel = _run(impl, _leaf(inp.x, grad=need_grad), _leaf(inp.weight, grad=need_grad),
-                      _leaf(inp.residual, grad=need_grad), dy, eps, case.offset, grads_of)
+        kernel = _run(
+            impl,
+            _leaf(inp.x, grad=need_grad),
+            _leaf(inp.weight, grad=need_grad),
+            _leaf(inp.residual, grad=need_grad),
+            dy,
+            eps,
+            case.offset,
+            grads_of,
+        )
     except Exception as exc:  # a refusal of a configured case is a failure, with its message
         result.status, result.message = "error", f"{type(exc).__name__}: {exc}"
         result.seconds = time.perf_counter() - start
@@ -140,19 +148,45 @@ def evaluate_case(
         # normalisation checked on the stream the kernel returned; the stream checked on its own
         x_in = kernel["h"]
         h_check = (kernel["h"], inp.x.double() + inp.residual.double())
-    same = _run(reference_impl, _leaf(x_in, grad=need_grad), _leaf(inp.weight, grad=need_grad),
-                None, dy, eps, case.offset, grads_of)
-    oracle = _run(reference_impl, _leaf(x_in, f64, need_grad), _leaf(inp.weight, f64, need_grad),
-                  None, dy.double(), eps, case.offset, grads_of)
+    same = _run(
+        reference_impl,
+        _leaf(x_in, grad=need_grad),
+        _leaf(inp.weight, grad=need_grad),
+        None,
+        dy,
+        eps,
+        case.offset,
+        grads_of,
+    )
+    oracle = _run(
+        reference_impl,
+        _leaf(x_in, f64, need_grad),
+        _leaf(inp.weight, f64, need_grad),
+        None,
+        dy.double(),
+        eps,
+        case.offset,
+        grads_of,
+    )
     for q in quantities:
-        dtype = case.weight_dtype if q == "dgamma" else case.dtype
+        dtype = case.weight_dtype if q == "dweight" else case.dtype
         tol = tolerances[dtype]
         atol, rtol = float(tol["atol"]), float(tol["rtol"])
         if kernel[q].shape != oracle[q].shape or kernel[q].dtype != DTYPES[dtype]:
-            qr = QuantityResult(q, dtype, atol, rtol, float("inf"), float("nan"), float("inf"),
-                                oracle[q].numel(), oracle[q].numel(), status="fail",
-                                message=f"{q}: got {tuple(kernel[q].shape)} {kernel[q].dtype}, "
-                                f"expected {tuple(oracle[q].shape)} {DTYPES[dtype]}")
+            qr = QuantityResult(
+                q,
+                dtype,
+                atol,
+                rtol,
+                float("inf"),
+                float("nan"),
+                float("inf"),
+                oracle[q].numel(),
+                oracle[q].numel(),
+                status="fail",
+                message=f"{q}: got {tuple(kernel[q].shape)} {kernel[q].dtype}, "
+                f"expected {tuple(oracle[q].shape)} {DTYPES[dtype]}",
+            )
             result.quantities[q] = qr
             continue
         k_err, worst, failing = _compare(kernel[q], oracle[q], atol, rtol)
@@ -162,16 +196,30 @@ def evaluate_case(
         else:  # float64: PyTorch's reference *is* the oracle, a ratio means nothing
             ratio = 1.0 if k_err == 0 else None
         limit = (ratio_limits or {}).get(dtype)
-        qr = QuantityResult(q, dtype, atol, rtol, k_err, t_err, worst, failing,
-                            oracle[q].numel(), ratio=ratio, ratio_limit=limit)
+        qr = QuantityResult(
+            q,
+            dtype,
+            atol,
+            rtol,
+            k_err,
+            t_err,
+            worst,
+            failing,
+            oracle[q].numel(),
+            ratio=ratio,
+            ratio_limit=limit,
+        )
         if failing:
             qr.status = "fail"
-            qr.message = (f"{failing}/{qr.elements} elements of {q} outside "
-                          f"atol={atol:g} rtol={rtol:g}")
+            qr.message = (
+                f"{failing}/{qr.elements} elements of {q} outside atol={atol:g} rtol={rtol:g}"
+            )
         elif limit is not None and ratio is not None and ratio > limit:
             qr.status = "fail"
-            qr.message = (f"{q}: kernel error {k_err:.3g} is {ratio:.2f}x PyTorch's {dtype} "
-                          f"reference error {t_err:.3g} (limit {limit:g}x)")
+            qr.message = (
+                f"{q}: kernel error {k_err:.3g} is {ratio:.2f}x PyTorch's {dtype} "
+                f"reference error {t_err:.3g} (limit {limit:g}x)"
+            )
         result.quantities[q] = qr
     if h_check is not None and "y" in quantities:
         tol = tolerances[case.dtype]
@@ -181,7 +229,8 @@ def evaluate_case(
             qr = result.quantities["y"]
             qr.status = "fail"
             qr.message = (qr.message + "; " if qr.message else "") + (
-                f"{h_bad} elements of the returned x + residual outside tolerance")
+                f"{h_bad} elements of the returned x + residual outside tolerance"
+            )
     failed = [qr for qr in result.quantities.values() if not qr.passed]
     if failed:
         result.status = "fail"

@@ -1,1 +1,2 @@
-"""The exercise: deliberately broken seed-style kernels (mutants) and the run that kills them."""
+"""The exercise: deliberately broken tutorial-style kernels (mutants), and the run that kills
+them."""

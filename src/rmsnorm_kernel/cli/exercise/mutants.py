@@ -1,7 +1,7 @@
-"""Deliberately broken, seed-style RMSNorm kernels for the mutation-testing exercise.
+"""Deliberately broken, tutorial-style RMSNorm kernels for the mutation-testing exercise.
 
-These kernels copy the seed's three Triton kernels (forward, dx + partial, dgamma column sum) and
-plant one classic bug each, selected by the ``MUTATION`` constexpr (0 = the unmutated control).
+These kernels copy the tutorial's three Triton kernels (forward, dx + partial, dweight column sum)
+and plant one classic bug each, selected by the ``MUTATION`` constexpr (0 = the unmutated control).
 They live here, apart from :mod:`rmsnorm_kernel.kernels`, so a broken variant can never be
 imported by mistake as the real kernel.
 
@@ -10,11 +10,11 @@ id  name                    planted bug
 ==  ======================  =====================================================================
 1   forward-block-mean      forward divides the sum of squares by BLOCK instead of N
 2   backward-block-mean     backward ``mean(u*x)`` divides by BLOCK instead of N
-3   dgamma-row-mean         dgamma takes a mean over the M rows instead of a sum
+3   dweight-row-mean         dweight takes a mean over the M rows instead of a sum
 4   missing-r3-term         dx drops ``- x * r**3 * mean(u*x)`` (only the direct term ``r*u``)
 5   rows-by-block           rows are addressed with ``row * BLOCK`` instead of ``row * N``
 6   no-fp32-upcast          the reductions run in the input dtype, upcast only afterwards
-7   gamma-not-in-u          backward uses ``u = dy`` instead of ``u = dy * gamma``
+7   weight-not-in-u          backward uses ``u = dy`` instead of ``u = dy * weight``
 8   padding-as-one          masked columns load as 1 instead of 0 in the forward
 ==  ======================  =====================================================================
 
@@ -46,22 +46,50 @@ class Mutant:
 MUTANTS: dict[int, Mutant] = {
     m.id: m
     for m in (
-        Mutant(0, "control", "none: the seed's kernels as written", "-"),
-        Mutant(1, "forward-block-mean", "forward: sum(x^2) / BLOCK instead of / N",
-               "N a power of two (BLOCK == N), e.g. N=256"),
-        Mutant(2, "backward-block-mean", "backward: sum(u*x) / BLOCK instead of / N",
-               "N a power of two; forward-only checks"),
-        Mutant(3, "dgamma-row-mean", "dgamma: mean over rows instead of sum", "M=1"),
-        Mutant(4, "missing-r3-term", "dx = r*u (the - x*r^3*mean(u*x) term is missing)",
-               "forward-only checks; dgamma checks"),
-        Mutant(5, "rows-by-block", "rows addressed with row*BLOCK instead of row*N",
-               "M=1, or N a power of two"),
-        Mutant(6, "no-fp32-upcast", "reductions in the input dtype, upcast after the sum",
-               "float32 inputs; fp16 inputs of modest size (|x| < 256)"),
-        Mutant(7, "gamma-not-in-u", "backward: u = dy instead of dy*gamma",
-               "gamma = 1 everywhere; forward-only checks"),
-        Mutant(8, "padding-as-one", "forward: masked columns load as 1 instead of 0",
-               "N a power of two (no masked columns)"),
+        Mutant(0, "control", "none: the tutorial's kernels as written", "-"),
+        Mutant(
+            1,
+            "forward-block-mean",
+            "forward: sum(x^2) / BLOCK instead of / N",
+            "N a power of two (BLOCK == N), e.g. N=256",
+        ),
+        Mutant(
+            2,
+            "backward-block-mean",
+            "backward: sum(u*x) / BLOCK instead of / N",
+            "N a power of two; forward-only checks",
+        ),
+        Mutant(3, "dweight-row-mean", "dweight: mean over rows instead of sum", "M=1"),
+        Mutant(
+            4,
+            "missing-r3-term",
+            "dx = r*u (the - x*r^3*mean(u*x) term is missing)",
+            "forward-only checks; dweight checks",
+        ),
+        Mutant(
+            5,
+            "rows-by-block",
+            "rows addressed with row*BLOCK instead of row*N",
+            "M=1, or N a power of two",
+        ),
+        Mutant(
+            6,
+            "no-fp32-upcast",
+            "reductions in the input dtype, upcast after the sum",
+            "float32 inputs; fp16 inputs of modest size (|x| < 256)",
+        ),
+        Mutant(
+            7,
+            "weight-not-in-u",
+            "backward: u = dy instead of dy*weight",
+            "weight = 1 everywhere; forward-only checks",
+        ),
+        Mutant(
+            8,
+            "padding-as-one",
+            "forward: masked columns load as 1 instead of 0",
+            "N a power of two (no masked columns)",
+        ),
     )
 }
 
@@ -69,7 +97,7 @@ MUTANTS: dict[int, Mutant] = {
 @triton.jit
 def mutant_forward_kernel(
     X,  # pointer to the input, rows of N values (M x BLOCK room)
-    G,  # pointer to gamma (N,)
+    W,  # pointer to the weight (N,)
     Y,  # pointer to the output, same layout as X
     R,  # pointer to the saved inverse RMS, one float32 per row
     N: tl.constexpr,  # data width of a row
@@ -88,7 +116,7 @@ def mutant_forward_kernel(
         x = tl.load(X + start + column, mask, other=1.0)  # BUG 8: padding counts as ones
     else:
         x = tl.load(X + start + column, mask, other=0.0)
-    gamma = tl.load(G + column, mask, other=0.0).to(tl.float32)
+    weight = tl.load(W + column, mask, other=0.0).to(tl.float32)
     if MUTATION == 6:
         sum_sq = tl.sum(x * x, 0).to(tl.float32)  # BUG 6: squares summed in the input dtype
     else:
@@ -98,7 +126,7 @@ def mutant_forward_kernel(
         inverse = tl.rsqrt(sum_sq / BLOCK + EPS)  # BUG 1: the padding counts in the mean
     else:
         inverse = tl.rsqrt(sum_sq / N + EPS)
-    y = x.to(tl.float32) * inverse * gamma
+    y = x.to(tl.float32) * inverse * weight
     tl.store(Y + start + column, y, mask)
     tl.store(R + row, inverse)
 
@@ -106,11 +134,11 @@ def mutant_forward_kernel(
 @triton.jit
 def mutant_dx_kernel(
     X,  # pointer to the input
-    G,  # pointer to gamma
+    W,  # pointer to the weight
     DY,  # pointer to the upstream gradient, same layout as X
     R,  # pointer to the inverse RMS saved by the forward
     DX,  # pointer to the input gradient, same layout as X
-    PARTIAL,  # pointer to the float32 dgamma contributions, same layout as X
+    PARTIAL,  # pointer to the float32 dweight contributions, same layout as X
     N: tl.constexpr,
     BLOCK: tl.constexpr,
     MUTATION: tl.constexpr,
@@ -123,7 +151,7 @@ def mutant_dx_kernel(
     else:
         start = row * N
     x = tl.load(X + start + column, mask, other=0.0)
-    gamma = tl.load(G + column, mask, other=0.0)
+    weight = tl.load(W + column, mask, other=0.0)
     dy = tl.load(DY + start + column, mask, other=0.0)
     inverse = tl.load(R + row)
     if MUTATION == 6:
@@ -131,14 +159,14 @@ def mutant_dx_kernel(
         if MUTATION == 7:
             u_low = dy
         else:
-            u_low = dy * gamma
+            u_low = dy * weight
         sum_ux = tl.sum(u_low * x, 0).to(tl.float32)
     x = x.to(tl.float32)
     dy = dy.to(tl.float32)
     if MUTATION == 7:
-        u = dy  # BUG 7: gamma forgotten
+        u = dy  # BUG 7: weight forgotten
     else:
-        u = dy * gamma.to(tl.float32)
+        u = dy * weight.to(tl.float32)
     if MUTATION != 6:
         sum_ux = tl.sum(u * x, 0)
     if MUTATION == 2:
@@ -154,9 +182,9 @@ def mutant_dx_kernel(
 
 
 @triton.jit
-def mutant_gamma_sum_kernel(
+def mutant_weight_sum_kernel(
     PARTIAL,  # pointer to the float32 contributions, M rows
-    DGAMMA,  # pointer to the output (N,)
+    DWEIGHT,  # pointer to the output (N,)
     M,  # number of rows
     N: tl.constexpr,
     ROW_STRIDE: tl.constexpr,  # N (or BLOCK for mutant 5, consistent with the dx kernel)
@@ -174,7 +202,7 @@ def mutant_gamma_sum_kernel(
         acc += tl.sum(block, 0)
     if MUTATION == 3:
         acc = acc / M  # BUG 3: a mean over rows instead of the sum
-    tl.store(DGAMMA + column, acc, column < N)
+    tl.store(DWEIGHT + column, acc, column < N)
 
 
 def _roomy(t: torch.Tensor, block: int) -> torch.Tensor:
@@ -202,17 +230,19 @@ def mutant_backward(x, weight, dy, inverse, mutation):
     dy_buf = _roomy(dy.contiguous(), block)
     dx_buf = torch.zeros_like(x_buf)
     partial = torch.zeros(x_buf.numel(), device=x.device, dtype=torch.float32)
-    mutant_dx_kernel[(m,)](x_buf, weight.contiguous(), dy_buf, inverse, dx_buf, partial, n, block,
-                           mutation)
-    dgamma = torch.empty(n, device=x.device, dtype=weight.dtype)
+    mutant_dx_kernel[(m,)](
+        x_buf, weight.contiguous(), dy_buf, inverse, dx_buf, partial, n, block, mutation
+    )
+    dweight = torch.empty(n, device=x.device, dtype=weight.dtype)
     row_stride = block if mutation == 5 else n
-    mutant_gamma_sum_kernel[(triton.cdiv(n, 32),)](partial, dgamma, m, n, row_stride, 32, 32,
-                                                   mutation)
-    return dx_buf[: m * n].view(m, n), dgamma
+    mutant_weight_sum_kernel[(triton.cdiv(n, 32),)](
+        partial, dweight, m, n, row_stride, 32, 32, mutation
+    )
+    return dx_buf[: m * n].view(m, n), dweight
 
 
 class MutantRMSNormFunction(torch.autograd.Function):
-    """The seed's autograd wiring around the (possibly) mutated kernels."""
+    """The tutorial's autograd wiring around the (possibly) mutated kernels."""
 
     @staticmethod
     def forward(ctx, x, weight, eps, mutation):
@@ -224,22 +254,23 @@ class MutantRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, inverse = ctx.saved_tensors
-        dx, dgamma = mutant_backward(x, weight, dy, inverse, ctx.mutation)
-        return dx, dgamma, None, None
+        dx, dweight = mutant_backward(x, weight, dy, inverse, ctx.mutation)
+        return dx, dweight, None, None
 
 
 def mutant_rmsnorm(mutation: int) -> Callable[..., torch.Tensor]:
     """An implementation with the campaign signature ``f(x, weight, eps, *, offset, residual)``.
 
-    Seed contract only: 2-D ``x`` with a weight, no offset, no residual.
+    Tutorial contract only: 2-D ``x`` with a weight, no offset, no residual.
     """
     if mutation not in MUTANTS:
         raise ValueError(f"unknown mutation {mutation} (known: {sorted(MUTANTS)})")
 
     def impl(x, weight, eps=1e-6, *, offset=0.0, residual=None):
         if x.dim() != 2 or weight is None or offset != 0.0 or residual is not None:
-            raise ValueError("mutants follow the seed's contract: 2-D x, a weight, no offset, "
-                             "no residual")
+            raise ValueError(
+                "mutants follow the tutorial's contract: 2-D x, a weight, no offset, no residual"
+            )
         return MutantRMSNormFunction.apply(x, weight, eps, mutation)
 
     impl.__name__ = f"mutant_{mutation}_{MUTANTS[mutation].name}"

@@ -1,10 +1,10 @@
-"""`exercise`: the seed's exercise generalised into mutation testing.
+"""`exercise`: the tutorial's exercise generalised into mutation testing.
 
-1. The seed's hypothesis, checked with numbers: a row of N ones (gamma = 1, eps = 1e-6) through
+1. The tutorial's hypothesis, checked with numbers: a row of N ones (weight = 1, eps = 1e-6) through
    the BLOCK-denominator mutant gives ~0.9999995 at N=256 (BLOCK == N: the bug hides) and
    ~1.411458 at N=257 (BLOCK = 512: mean(x^2) = 257/512).
 2. The unmutated control passes every case (otherwise a "kill" would prove nothing).
-3. Each mutant runs through the campaign checks (y, dx, dgamma against the float64 oracle, with the
+3. Each mutant runs through the campaign checks (y, dx, dweight against the float64 oracle, with the
    campaign tolerances), case after case; the first failing element kills it. A mutant that passes
    every case *survives* and the command exits non-zero.
 """
@@ -22,10 +22,12 @@ from rich.table import Table
 from rmsnorm_kernel.cli.campaigns.cases import build_cases
 from rmsnorm_kernel.cli.campaigns.evaluate import evaluate_case
 from rmsnorm_kernel.cli.campaigns.report import environment, fmt, write_json
+from rmsnorm_kernel.cli.campaigns.tolerances import Tolerances, read_tolerances
 from rmsnorm_kernel.cli.exercise.mutants import MUTANTS, mutant_rmsnorm
+from rmsnorm_kernel.cli.validate import ConfigError
 
-QUANTITIES = ("y", "dx", "dgamma")
-CAMPAIGN_OF = {"y": "check-forward", "dx": "check-backward", "dgamma": "check-gamma"}
+QUANTITIES = ("y", "dx", "dweight")
+CAMPAIGN_OF = {"y": "check-forward", "dx": "check-backward", "dweight": "check-weight"}
 
 
 def block_demo(demo: Mapping, device) -> dict:
@@ -49,10 +51,11 @@ def block_demo(demo: Mapping, device) -> dict:
     return {"values": out, "expected": expected, "atol": atol, "passed": ok}
 
 
-def hunt(mutation: int, cases, ccfg: Mapping, device, stop_at_first: bool) -> dict:
+def hunt(
+    mutation: int, cases, ccfg: Mapping, tolerances: Tolerances, device, stop_at_first: bool
+) -> dict:
     """Run the campaign checks on one mutant; returns its record."""
     impl = mutant_rmsnorm(mutation)
-    tolerances = {k: dict(v) for k, v in ccfg["tolerances"].items()}
     record = {
         "id": mutation,
         **{k: v for k, v in vars(MUTANTS[mutation]).items() if k != "id"},
@@ -96,17 +99,25 @@ def run_exercise(cfg, console: Console | None = None) -> int:
 
     console = console or Console()
     ecfg, ccfg = cfg.exercise, cfg.campaign
+    tolerances = read_tolerances(ccfg["tolerances"])
+    mutants = [int(m) for m in ecfg["mutants"]]
+    unknown = [m for m in mutants if m not in MUTANTS or m == 0]
+    if unknown:
+        raise ConfigError(
+            f"exercise.mutants must be ids from {sorted(set(MUTANTS) - {0})} (got {unknown}; "
+            "the control, 0, runs through exercise.control)"
+        )
     device = kernel_device()
-    cases = [c for c in build_cases(ccfg["catalogue"], ecfg["grids"]) if c.seed_contract]
+    cases = [c for c in build_cases(ccfg["catalogue"], ecfg["grids"]) if c.tutorial_contract]
     if not cases:
         console.print(
-            "[red]error:[/red] the exercise needs seed-contract cases "
+            "[red]error:[/red] the exercise needs tutorial-contract cases "
             "(2-D contiguous fp32/fp16, N <= 4096)"
         )
         return 2
 
     demo = block_demo(ecfg["block_demo"], device)
-    table = Table(title="The seed's exercise: a row of N ones, gamma = 1, eps = 1e-6")
+    table = Table(title="The tutorial's exercise: a row of N ones, weight = 1, eps = 1e-6")
     for col in ("N", "BLOCK", "divide by N (control)", "divide by BLOCK (mutant 1)", "bug visible"):
         table.add_column(col, justify="right")
     for n in (int(ecfg.block_demo.n_pass), int(ecfg.block_demo.n_fail)):
@@ -129,12 +140,12 @@ def run_exercise(cfg, console: Console | None = None) -> int:
     control_ok = True
     if ecfg.get("control", True):
         console.print(f"control (unmutated kernels) on {len(cases)} cases...")
-        control = hunt(0, cases, ccfg, device, stop_at_first=False)
+        control = hunt(0, cases, ccfg, tolerances, device, stop_at_first=False)
         control_ok = not control["killed"]
         records.append(control)
-    for mutation in ecfg["mutants"]:
+    for mutation in mutants:
         console.print(f"mutant {mutation} ({MUTANTS[int(mutation)].name})...")
-        records.append(hunt(int(mutation), cases, ccfg, device, stop_at_first=True))
+        records.append(hunt(mutation, cases, ccfg, tolerances, device, stop_at_first=True))
 
     results = Table(
         title=f"exercise: {len(records) - int(bool(ecfg.get('control', True)))} "
