@@ -18,7 +18,7 @@ def cfg():
     return compose()
 
 
-def test_seed_grid_is_the_seeds_72_cases(cfg):
+def test_tutorial_grid_is_the_tutorials_72_cases(cfg):
     cases = build_cases(cfg.campaign.catalogue, ["tutorial"])
     assert len(cases) == 72
     assert {c.m for c in cases} >= {1, 17}
@@ -29,7 +29,7 @@ def test_seed_grid_is_the_seeds_72_cases(cfg):
     assert all(c.tutorial_contract for c in cases)
 
 
-def test_default_grids_go_beyond_the_seed(cfg):
+def test_default_grids_go_beyond_the_tutorial(cfg):
     cases = build_cases(cfg.campaign.catalogue, cfg.campaign.grids)
     assert len(cases) > 72
     assert {"bfloat16", "float64"} <= {c.dtype for c in cases}
@@ -39,11 +39,46 @@ def test_default_grids_go_beyond_the_seed(cfg):
     assert any(c.weight == "none" for c in cases)
 
 
-def test_tolerances_are_the_issues(cfg):
-    tol = OmegaConf.to_container(cfg.campaign.tolerances)
-    assert tol["float32"] == {"atol": 1e-5, "rtol": 1e-4}
-    assert tol["float16"] == {"atol": 3e-3, "rtol": 3e-3}
-    assert tol["bfloat16"] == {"atol": 1.6e-2, "rtol": 1.6e-2}
+@pytest.mark.parametrize(
+    "command,override,message",
+    [
+        (
+            "check-forward",
+            "campaign.tolerances.float32.atol=-1",
+            "campaign.tolerances.float32.atol must be a finite number >= 0",
+        ),
+        (
+            "check-backward",
+            "campaign.tolerances.float16.rtol=nan",
+            "campaign.tolerances.float16.rtol must be a finite number >= 0",
+        ),
+        (
+            "check-weight",
+            "~campaign.tolerances.float64",
+            "campaign.tolerances must give exactly the dtypes",
+        ),
+        (
+            "check-forward",
+            "campaign.ratio_limit.bfloat16=0",
+            "campaign.ratio_limit.bfloat16 must be a finite number > 0",
+        ),
+        ("check-forward", "campaign.grids=[nope]", "unknown grid 'nope'"),
+        (
+            "exercise",
+            "campaign.tolerances.float16.atol=-1e-3",
+            "campaign.tolerances.float16.atol must be",
+        ),
+        ("exercise", "exercise.mutants=[9]", "exercise.mutants must be ids from"),
+        ("reference", "campaign.tolerances.float64.rtol=-1", "campaign.tolerances.float64.rtol"),
+    ],
+)
+def test_bad_config_is_refused_before_output(tmp_path, capsys, command, override, message):
+    """Exit 2 with the key and the rule, and nothing written."""
+    out = tmp_path / "out"
+    dirs = [f"campaign.out_dir={out}", f"exercise.out_dir={out}", f"campaign.data_dir={out}"]
+    assert run_cli(command, override, *dirs) == 2
+    assert message in capsys.readouterr().out
+    assert not out.exists()
 
 
 def test_inputs_depend_only_on_the_case(cfg):
@@ -95,3 +130,14 @@ def test_exit_code_non_zero_on_failure(tmp_path):
     )
     assert code == 1
     assert not read_json(tmp_path / "check-forward.json")["passed"]
+
+
+def test_check_gamma_is_check_weight(tmp_path, smoke_checks):
+    """The old name runs the same campaign and writes the same file."""
+    assert run_cli("check-gamma", "campaign.grids=[smoke]", f"campaign.out_dir={tmp_path}") == 0
+    old, new = (
+        read_json(tmp_path / "check-weight.json"),
+        read_json(smoke_checks / "check-weight.json"),
+    )
+    assert old["command"] == "check-weight" and old["quantity"] == "dweight"
+    assert [c["max_abs_err"] for c in old["cases"]] == [c["max_abs_err"] for c in new["cases"]]
