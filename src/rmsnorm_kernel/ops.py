@@ -123,12 +123,12 @@ def _bwd_config(m: int, n: int, device_index: int | None, dw_bytes: int):
     block = triton.next_power_of_2(n) if one_tile else BWD_TILE
     tiles = triton.cdiv(n, block)
     if device_index is None:
-        programs = INTERPRETER_PROGRAMS
+        groups = INTERPRETER_PROGRAMS  # per column tile, so CPU tests cover tiles x a tree
     else:
         per_sm = max(MIN_PROGRAMS_PER_SM, min(MAX_PROGRAMS_PER_SM, 8192 // block))
-        programs = _sm_count(device_index) * per_sm
+        groups = _sm_count(device_index) * per_sm // tiles
     budget = max(1, DW_SCRATCH_BYTES // (n * dw_bytes))
-    groups = max(1, min(m, programs // tiles, budget))
+    groups = max(1, min(m, groups, budget))
     rows_per_program = triton.cdiv(m, groups)
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
     warps = _bwd_num_warps(block) if one_tile else BWD_TILE_WARPS

@@ -1,32 +1,61 @@
-"""Oracle and tolerance helpers for the kernel tests (float64 autograd through the reference)."""
+"""The one oracle and the tolerances every kernel test uses (float64 autograd, the reference).
+
+Tolerances are read from ``conf/campaign/default.yaml`` (key ``tolerances``): they are fixed there
+once, before any run, for the campaigns and these tests alike.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+import yaml
 
 import rmsnorm_kernel as rk
 
-#: Tolerances fixed before measuring (the seed's, plus bf16 and fp64 for the extended contract).
-TOLERANCES = {
-    torch.float32: dict(atol=1e-5, rtol=1e-4),
-    torch.float16: dict(atol=3e-3, rtol=3e-3),
-    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
-    torch.float64: dict(atol=1e-12, rtol=1e-10),
-}
+_CAMPAIGN = Path(__file__).resolve().parents[2] / "conf" / "campaign" / "default.yaml"
 
 
-def oracle(x, weight, dy, eps=1e-6, *, offset=0.0, residual=None):
-    """float64 autograd through the reference: ``(y, h, dx, dw, dres)`` in float64."""
+def _load_tolerances() -> dict[torch.dtype, dict[str, float]]:
+    with open(_CAMPAIGN) as f:
+        table = yaml.safe_load(f)["tolerances"]
+    return {
+        getattr(torch, name): {"atol": float(tol["atol"]), "rtol": float(tol["rtol"])}
+        for name, tol in table.items()
+    }
+
+
+#: ``{torch dtype: {"atol": ..., "rtol": ...}}`` for float32, float16, bfloat16, float64.
+TOLERANCES = _load_tolerances()
+
+
+def loosest(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype with the widest tolerance (mixed x / weight dtypes are checked against it)."""
+    return max(dtypes, key=lambda d: torch.finfo(d).eps)
+
+
+def oracle(x, weight, dy, eps=1e-6, *, offset=0.0, residual=None, dh=None, h_rounded=None):
+    """float64 autograd through the reference: ``(y, h, dx, dw, dres)`` in float64.
+
+    With ``residual``, the kernel normalises ``h = x + residual`` rounded to ``x.dtype`` (what the
+    caller receives), and ``dh`` is the upstream gradient of the returned ``h`` (or none).
+    ``h_rounded``: that rounded sum as the kernel returned it (default: PyTorch's rounding; they
+    differ only where Triton's interpreter truncates to bfloat16). ``h``, ``dw`` and ``dres`` are
+    None where they do not exist.
+    """
     xd = x.detach().double().requires_grad_()
     wd = None if weight is None else weight.detach().double().requires_grad_()
     rd = None if residual is None else residual.detach().double().requires_grad_()
-    h = xd if rd is None else (xd + rd)
+    h = xd
     if rd is not None:
-        # the kernel normalises the sum rounded to x.dtype, as the caller receives it
-        h_rounded = h.detach().to(x.dtype).double()
-        h = h + (h_rounded - h.detach())
+        h = xd + rd
+        rounded = h.detach().to(x.dtype) if h_rounded is None else h_rounded.detach()
+        h = h + (rounded.double() - h.detach())  # the rounded sum, with the sum's gradient
     y = rk.rmsnorm_reference(h, wd, eps, offset=offset)
-    y.backward(dy.double())
+    if dh is not None:
+        torch.autograd.backward([y, h], [dy.double(), dh.double()])
+    else:
+        y.backward(dy.double())
     return (
         y.detach(),
         None if rd is None else h.detach(),
@@ -34,6 +63,12 @@ def oracle(x, weight, dy, eps=1e-6, *, offset=0.0, residual=None):
         None if wd is None else wd.grad,
         None if rd is None else rd.grad,
     )
+
+
+def oracle_y(x, weight, eps=1e-6, *, offset=0.0):
+    """The oracle's forward alone: ``y`` in float64 (for tests without a backward)."""
+    w = None if weight is None else weight.detach().double()
+    return rk.rmsnorm_reference(x.detach().double(), w, eps, offset=offset)
 
 
 def assert_close(actual, expected, dtype, what):
