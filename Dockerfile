@@ -15,9 +15,11 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHON=python
 WORKDIR /workspace/rmsnorm-kernel
 
-# Install exactly as the README does, `make setup TORCH_SPEC=` (keep the image's CUDA torch). The
-# venv sees the image's site-packages so that torch is reused, not downloaded again.
+# Install exactly as the README does, `make setup TORCH_SPEC=`: the lock's versions of everything
+# but torch and triton, which stay the image's CUDA build (the venv sees the image's
+# site-packages, so torch is reused, not downloaded again). These are every file that step reads.
 COPY pyproject.toml README.md Makefile ./
+COPY requirements ./requirements
 COPY src ./src
 RUN python -m venv --system-site-packages .venv \
     && make setup TORCH_SPEC=
