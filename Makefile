@@ -40,6 +40,10 @@ ifeq ($(TORCH_SPEC),$(LOCKED_TORCH))
 else
 	grep -vE '^(torch|triton|nvidia-[a-z0-9-]+)==' $(LOCK) > $(VENV)/lock-without-torch.txt
 	if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	@# Without this check, pip would fetch the newest torch (unpinned, several GB) for lightning.
+	$(PY) -c "import torch" || { echo "TORCH_SPEC='$(TORCH_SPEC)' keeps the torch already in \
+	$(VENV), but it has none: install torch first (or make the venv with \
+	--system-site-packages), or leave TORCH_SPEC unset for the locked CPU build" >&2; exit 1; }
 	$(PY) -m pip install -q -r $(VENV)/lock-without-torch.txt
 endif
 	$(PY) -m pip install -q -e .
