@@ -30,23 +30,42 @@ def reset_calls() -> None:
 
 
 def _forward(x, weight, residual, eps, offset):
-    """``[..., N]`` tensors -> ``(y [..., N], h [..., N] or None, x_rows (M, N), rstd (M,))``."""
-    x2 = ops.as_rows(x, "x")
-    res2 = None if residual is None else ops.as_rows(residual, "residual")
-    y, h, rstd = ops.launch_forward(x2, weight, res2, eps, offset, ops.output_dtype(x, weight))
+    """``[..., N]`` tensors -> ``(y [..., N], h [..., N] or None, saved, saved_stride, rstd (M,))``.
+
+    ``saved`` is the kernel's input (x's rows, or the returned x + residual) and ``saved_stride``
+    its row stride: what the backward launch reads.
+    """
+    x_rows, sx = ops.rows_of(x, "x")
+    res_rows, sr = (None, 0) if residual is None else ops.rows_of(residual, "residual")
+    y, h, rstd = ops.launch_forward(
+        x_rows, weight, res_rows, eps, offset, x.dtype, stride_x=sx, stride_res=sr
+    )
     CALLS["forward"] += 1
-    saved = x2 if h is None else h  # the kernel's input: x, or the rounded x + residual
-    if x.dim() != 2:
+    saved, saved_stride = (x_rows, sx) if h is None else (h, x.shape[-1])
+    if x_rows is not x:  # rows were viewed or copied to 2-D: give y and h the caller's shape
         y, h = y.view(x.shape), (None if h is None else h.view(x.shape))
-    return y, h, saved, rstd
+    return y, h, saved, saved_stride, rstd
 
 
-def _backward(dy, dh, saved, weight, rstd, offset, x_dtype):
-    """Upstream grads -> ``(dx (M, N), dweight (N,) or None)``."""
-    dy2 = ops.as_rows(dy, "dy")
-    dh2 = None if dh is None else ops.as_rows(dh, "dy")
-    dx, dw = ops.launch_backward(dy2, saved, weight, rstd, offset, dh2, x_dtype)
+def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype):
+    """Upstream grads ``[..., N]`` -> ``(dx [..., N] like dy, dweight (N,) or None)``."""
+    dy_rows, sdy = ops.rows_of(dy, "dy")
+    dh_rows, sdh = (None, 0) if dh is None else ops.rows_of(dh, "dy")
+    dx, dw = ops.launch_backward(
+        dy_rows,
+        saved,
+        weight,
+        rstd,
+        offset,
+        dh_rows,
+        x_dtype,
+        stride_dy=sdy,
+        stride_x=saved_stride,
+        stride_dh=sdh,
+    )
     CALLS["backward"] += 1
+    if dy_rows is not dy:
+        dx = dx.view(dy.shape)
     return dx, dw
 
 
@@ -55,12 +74,9 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps, offset=0.0, residual=None):
-        y, h, saved, rstd = _forward(x, weight, residual, eps, offset)
+        y, h, saved, saved_stride, rstd = _forward(x, weight, residual, eps, offset)
         ctx.save_for_backward(saved, weight, rstd)
-        ctx.offset = offset
-        ctx.x_shape = x.shape
-        ctx.x_dtype = x.dtype
-        ctx.has_residual = residual is not None
+        ctx.meta = (offset, saved_stride, x.dtype, residual is not None)
         if h is None:
             return y
         return y, h
@@ -69,10 +85,9 @@ class RMSNormFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy, dh=None):
         saved, weight, rstd = ctx.saved_tensors
-        dx, dw = _backward(dy, dh, saved, weight, rstd, ctx.offset, ctx.x_dtype)
-        dx = dx.view(ctx.x_shape)
-        dres = dx if ctx.has_residual else None
-        return dx, dw, None, None, dres
+        offset, saved_stride, x_dtype, has_residual = ctx.meta
+        dx, dw = _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype)
+        return dx, dw, None, None, (dx if has_residual else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,7 +104,7 @@ def rmsnorm_fwd(
     offset: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns ``(y, h or empty, rstd (M,))``."""
-    y, h, saved, rstd = _forward(x, weight, residual, eps, offset)
+    y, h, _, _, rstd = _forward(x, weight, residual, eps, offset)
     return y, (x.new_empty(0) if h is None else h), rstd
 
 
@@ -112,9 +127,9 @@ def rmsnorm_bwd(
     offset: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(dx [like dy's shape], dweight or empty)``; ``saved`` is the forward's input."""
-    rows = ops.as_rows(saved, "x")
-    dx, dw = _backward(dy, dh, rows, weight, rstd, offset, saved.dtype)
-    return dx.view(dy.shape), (saved.new_empty(0) if dw is None else dw)
+    rows, stride = ops.rows_of(saved, "x")
+    dx, dw = _backward(dy, dh, rows, stride, weight, rstd, offset, saved.dtype)
+    return dx, (saved.new_empty(0) if dw is None else dw)
 
 
 @rmsnorm_bwd.register_fake
@@ -188,6 +203,6 @@ def rmsnorm(
         or (residual is not None and residual.requires_grad)
     ):
         # Nothing to differentiate: skip autograd.Function's bookkeeping (inference hot path).
-        y, h, _, _ = _forward(x, weight, residual, float(eps), float(offset))
+        y, h, _, _, _ = _forward(x, weight, residual, float(eps), float(offset))
         return y if residual is None else (y, h)
     return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual)

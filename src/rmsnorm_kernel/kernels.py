@@ -244,9 +244,9 @@ def rmsnorm_backward_kernel(
     stride_dh,  # elements between two rows of DH
     M,  # number of rows
     N,  # data width
+    rows_per_program,  # program (p, q) owns rows [p * rows_per_program, (p + 1) * rows_per_program)
     offset,  # u = dy * (offset + w): float32 high part ...
     offset_lo,  # ... and low part
-    rows_per_program,  # program (p, q) owns rows [p * rows_per_program, (p + 1) * rows_per_program)
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
     ACC: tl.constexpr,

@@ -42,20 +42,23 @@ def _hooks_installed() -> bool:
 
 
 def _spec(arg) -> object:
-    """What Triton specialises an argument on (see the module docstring)."""
+    """What Triton specialises a tensor or an int argument on (see the module docstring)."""
+    if type(arg) is int:
+        if arg == 1:
+            return 1
+        return 2 + (arg % 16 == 0) + 4 * (_INT32_MIN <= arg <= _INT32_MAX)
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
-    if isinstance(arg, bool) or not isinstance(arg, int):
-        return type(arg)  # floats are never specialised on their value
-    return arg == 1, arg % 16 == 0, _INT32_MIN <= arg <= _INT32_MAX
+    raise TypeError(f"specialised kernel arguments are tensors or ints (got {type(arg).__name__})")
 
 
 class CachedKernel:
-    """``launch(grid, args, consts, num_warps, num_stages, device_index)`` for one ``@triton.jit``.
+    """``launch(grid, args, floats, consts, num_warps, num_stages, device_index)`` for one kernel.
 
-    ``args``: the runtime arguments in signature order; ``consts``: the trailing constexpr values,
-    in signature order (a hashable tuple). ``launches`` counts ``(compiled, cached)`` launches so
-    that GPU tests can check the cached path really runs.
+    The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
+    floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
+    tuple in signature order). ``launches`` counts ``compiled`` (through ``JITFunction.run``) and
+    ``cached`` launches, so that GPU tests can check that the cached path really runs.
     """
 
     def __init__(self, fn) -> None:
@@ -67,19 +70,22 @@ class CachedKernel:
         self,
         grid: tuple[int, ...],
         args: tuple,
+        floats: tuple,
         consts: tuple,
         num_warps: int,
         num_stages: int,
         device_index: int | None,
     ) -> None:
         if BACKEND == "interpreter" or device_index is None:
-            self.fn[grid](*args, *consts, num_warps=num_warps, num_stages=num_stages)
+            self.fn[grid](*args, *floats, *consts, num_warps=num_warps, num_stages=num_stages)
             return
         key = (device_index, consts, num_warps, num_stages, *map(_spec, args))
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
             with torch.cuda.device(device_index):
-                compiled = self.fn[grid](*args, *consts, num_warps=num_warps, num_stages=num_stages)
+                compiled = self.fn[grid](
+                    *args, *floats, *consts, num_warps=num_warps, num_stages=num_stages
+                )
             if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
                 compiled = compiled.result()
             self.handles[key] = (compiled.run, compiled.function, compiled.packed_metadata)
@@ -88,5 +94,5 @@ class CachedKernel:
         run, function, packed = handle
         grid_1 = grid[1] if len(grid) > 1 else 1
         stream = torch._C._cuda_getCurrentRawStream(device_index)
-        run(grid[0], grid_1, 1, stream, function, packed, None, None, None, *args, *consts)
+        run(grid[0], grid_1, 1, stream, function, packed, None, None, None, *args, *floats, *consts)
         self.launches["cached"] += 1

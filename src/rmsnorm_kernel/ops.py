@@ -184,6 +184,25 @@ def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
     return rows
 
 
+def rows_of(t: torch.Tensor, name: str) -> tuple[torch.Tensor, int]:
+    """``(tensor, row stride)``: the rows of ``t [..., N]`` as the kernels read them.
+
+    A contiguous tensor of any shape is its own rows (row stride N; no view, which costs several
+    microseconds of host time); otherwise :func:`as_rows` (a view, or a counted copy).
+    """
+    if t.is_contiguous():
+        return t, t.shape[-1]
+    rows = as_rows(t, name)
+    return rows, rows.stride(0)
+
+
+def _empty_out(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous tensor of ``like``'s shape (``empty_like`` is the cheapest allocation)."""
+    if dtype == like.dtype:
+        return torch.empty_like(like, memory_format=torch.contiguous_format)
+    return torch.empty(like.shape, device=like.device, dtype=dtype)
+
+
 def launch_forward(
     x2: torch.Tensor,
     weight: torch.Tensor | None,
@@ -191,28 +210,40 @@ def launch_forward(
     eps: float,
     offset: float,
     out_dtype: torch.dtype,
+    *,
+    stride_x: int | None = None,
+    stride_res: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Rows in, ``(y (M, N) out_dtype, h (M, N) x.dtype or None, rstd (M,) ACC)`` out."""
-    m, n = x2.shape
+    """Rows in: ``(y, h or None, rstd (M,) ACC)`` out; ``y`` (``out_dtype``) and ``h``
+    (``x2.dtype``) are contiguous with ``x2``'s shape.
+
+    ``x2``: ``(M, N)`` with unit column stride, or any ``[..., N]`` whose rows are ``stride_x``
+    elements apart (a contiguous tensor: ``stride_x = N``); the same for ``residual2``.
+    """
+    n = x2.shape[-1]
+    m = x2.numel() // n
+    sx = x2.stride(0) if stride_x is None else stride_x
     acc = torch.float64 if out_dtype == torch.float64 else torch.float32
-    device = x2.device
-    y = torch.empty((m, n), device=device, dtype=out_dtype)
-    h = None if residual2 is None else torch.empty((m, n), device=device, dtype=x2.dtype)
-    rstd = torch.empty((m,), device=device, dtype=acc)
+    y = _empty_out(x2, out_dtype)
+    h = None if residual2 is None else _empty_out(x2, x2.dtype)
+    rstd = torch.empty((m,), device=x2.device, dtype=acc)
     if m == 0:
         return y, h, rstd
     rows_kernel, block, rows_or_one_pass, warps = _fwd_config(n)
-    eps_hi, eps_lo = split_float(eps)
-    off_hi, off_lo = split_float(offset)
+    floats = (*split_float(eps), *split_float(offset))
     has_w, has_r = weight is not None, residual2 is not None
     w = weight if has_w else x2
-    r = residual2 if has_r else x2
+    if has_r:
+        r, sr = residual2, (residual2.stride(0) if stride_res is None else stride_res)
+    else:
+        r, sr = x2, 0
+    consts = (has_w, has_r, _TL_DTYPES[acc], block, rows_or_one_pass)
     if rows_kernel:
         FORWARD_ROWS.launch(
-            (triton.cdiv(m, rows_or_one_pass),),
-            (x2, r, w, y, h if has_r else y, rstd, x2.stride(0), r.stride(0), m, n)
-            + (eps_hi, eps_lo, off_hi, off_lo),
-            (has_w, has_r, _TL_DTYPES[acc], block, rows_or_one_pass),
+            (-(-m // rows_or_one_pass),),  # ceil division (triton.cdiv is slow to call)
+            (x2, r, w, y, h if has_r else y, rstd, sx, sr, m, n),
+            floats,
+            consts,
             warps,
             1,
             _device_index(x2),
@@ -220,9 +251,9 @@ def launch_forward(
     else:
         FORWARD.launch(
             (m,),
-            (x2, r, w, y, h if has_r else y, rstd, x2.stride(0), r.stride(0), n)
-            + (eps_hi, eps_lo, off_hi, off_lo),
-            (has_w, has_r, _TL_DTYPES[acc], block, rows_or_one_pass),
+            (x2, r, w, y, h if has_r else y, rstd, sx, sr, n),
+            floats,
+            consts,
             warps,
             1,
             _device_index(x2),
@@ -238,28 +269,36 @@ def launch_backward(
     offset: float,
     dh2: torch.Tensor | None,
     dx_dtype: torch.dtype,
+    *,
+    stride_dy: int | None = None,
+    stride_x: int | None = None,
+    stride_dh: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rows in, ``(dx (M, N) dx_dtype, dweight (N,) weight.dtype or None)`` out."""
-    m, n = x2.shape
-    device = x2.device
-    dx = torch.empty((m, n), device=device, dtype=dx_dtype)
+    """Rows in: ``(dx, dweight (N,) weight.dtype or None)`` out; ``dx`` (``dx_dtype``) is
+    contiguous with ``dy2``'s shape. Rows and strides as in :func:`launch_forward`."""
+    n = x2.shape[-1]
+    m = rstd.numel()
+    dx = _empty_out(dy2, dx_dtype)
     has_w = weight is not None
     if m == 0:
         return dx, (torch.zeros_like(weight) if has_w else None)
+    sdy = dy2.stride(0) if stride_dy is None else stride_dy
+    sx = x2.stride(0) if stride_x is None else stride_x
     acc = rstd.dtype
     dw_acc = torch.float64 if DW_FLOAT64 or acc == torch.float64 else torch.float32
     index = _device_index(x2)
     block, one_tile, tiles, groups, rows_per_program, warps = _bwd_config(
         m, n, index, dw_acc.itemsize
     )
-    off_hi, off_lo = split_float(offset)
+    offsets = split_float(offset)
     w = weight if has_w else x2
     mean_ux = rstd  # placeholder pointer when the row reduction happens in the tile kernel
     if not one_tile:
         mean_ux = torch.empty_like(rstd)
         ROW_DOT.launch(
             (m,),
-            (dy2, x2, w, mean_ux, dy2.stride(0), x2.stride(0), n, off_hi, off_lo),
+            (dy2, x2, w, mean_ux, sdy, sx, n),
+            offsets,
             (has_w, _TL_DTYPES[acc], LOOP_BLOCK),
             _num_warps(LOOP_BLOCK),
             1,
@@ -267,16 +306,21 @@ def launch_backward(
         )
     dw = partial = counters = rstd  # placeholder pointers without a weight
     if has_w:
+        device = x2.device
         dw = torch.empty((n,), device=device, dtype=weight.dtype)
         partial = torch.empty((groups, n), device=device, dtype=dw_acc)
         counters = tree_counters(device, index, tiles * groups)
-    has_dh = dh2 is not None
-    dh = dh2 if has_dh else dy2
+    if dh2 is not None:
+        dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
+    else:
+        dh, sdh = dy2, 0
     BACKWARD.launch(
         (groups, tiles),
-        (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters)
-        + (dy2.stride(0), x2.stride(0), dh.stride(0), m, n, off_hi, off_lo, rows_per_program),
-        (has_w, has_dh, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile, BWD_STAGES),
+        (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters, sdy, sx, sdh, m, n)
+        + (rows_per_program,),
+        offsets,
+        (has_w, dh2 is not None, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
+        + (BWD_STAGES,),
         warps,
         1,
         index,

@@ -1,0 +1,49 @@
+"""The cached-launch key (launch.py) separates every argument Triton's compiler would separate.
+
+On the GPU the cached path skips ``JITFunction.run``: if two argument values that Triton compiles
+differently (alignment, == 1, % 16, int32 vs int64) shared a key, a handle compiled for one would
+run the other. Triton's own classifier (``native_specialize_impl``) is the judge here, on CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import BaseBackend
+
+from rmsnorm_kernel.launch import _spec
+
+INTS = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.sampled_from([0, 1, 2, 15, 16, 17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, -(2**31)]),
+)
+_BASE = torch.zeros(64, dtype=torch.float32)
+
+
+def _triton(arg):
+    return native_specialize_impl(BaseBackend, arg, False, True, True)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(a=INTS, b=INTS)
+def test_equal_int_keys_mean_equal_triton_specialisation(a, b):
+    if _spec(a) == _spec(b):
+        assert _triton(a) == _triton(b), (a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_equal_tensor_keys_mean_equal_triton_specialisation(dtype):
+    base = torch.zeros(64, dtype=dtype)
+    views = [base[i:] for i in range(17)] + [_BASE[i:] for i in range(5)]
+    for a in views:
+        for b in views:
+            if _spec(a) == _spec(b):
+                assert _triton(a) == _triton(b), (a.dtype, a.data_ptr() % 16, b.data_ptr() % 16)
+
+
+def test_floats_are_refused_as_specialised_arguments():
+    with pytest.raises(TypeError, match="tensors or ints"):
+        _spec(1.5)
