@@ -55,8 +55,9 @@ def sweep_programs_per_sm(out):
         for per_sm in [2, 4, 8, 16]:
             ops.MIN_PROGRAMS_PER_SM = ops.MAX_PROGRAMS_PER_SM = per_sm
             ms = time_backward(m, n, None, ops.MAX_FUSED_N_BWD, ops.BWD_TILE)
-            r = dict(kind="bwd", M=m, N=n, programs_per_sm=per_sm, us=1e3 * ms,
-                     GBps=gb_b / ms * 1e3)
+            r = dict(
+                kind="bwd", M=m, N=n, programs_per_sm=per_sm, us=1e3 * ms, GBps=gb_b / ms * 1e3
+            )
             rows.append(r)
             print(json.dumps(r), flush=True)
     with open(out, "w") as f:
@@ -66,8 +67,11 @@ def sweep_programs_per_sm(out):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--programs-per-sm", action="store_true",
-                        help="sweep the backward grid only, with the launcher's heuristics")
+    parser.add_argument(
+        "--programs-per-sm",
+        action="store_true",
+        help="sweep the backward grid only, with the launcher's heuristics",
+    )
     args = parser.parse_args()
     if args.programs_per_sm:
         return sweep_programs_per_sm(args.out)

@@ -86,54 +86,57 @@ def _quack(eps: float) -> Forward:
     return lambda x, w: rmsnorm(x, w, eps=eps)
 
 
-PEERS: dict[str, Peer] = {
-    p.name: p
-    for p in (
-        Peer(
-            "ours",
-            "rmsnorm_kernel",
-            "rmsnorm_kernel",
-            None,
-            _ours,
-            "this package's Triton kernels through rmsnorm_kernel.rmsnorm",
-        ),
-        Peer(
-            "reference",
-            "reference (eager)",
-            "rmsnorm_kernel.reference",
-            None,
-            _reference,
-            "the tutorial's PyTorch composite, eager, float32 math",
-        ),
-        Peer(
-            "torch", "F.rms_norm", "torch", "torch", _torch, "PyTorch's fused kernel, C++ autograd"
-        ),
-        Peer(
-            "compile",
-            "torch.compile(reference)",
-            "torch",
-            "torch",
-            _compile,
-            "Inductor-generated Triton from the reference, one graph per shape",
-        ),
-        Peer(
-            "liger",
-            "Liger",
-            "liger_kernel.ops.rms_norm",
-            "liger-kernel",
-            _liger,
-            "Liger-Kernel's Triton RMSNorm, llama casting, not in place",
-        ),
-        Peer(
-            "quack",
-            "quack",
-            "quack.rmsnorm",
-            "quack-kernels",
-            _quack,
-            "quack's CuTe-DSL kernels (Hopper and newer)",
-        ),
-    )
-}
+_ENTRIES = (
+    Peer(
+        name="ours",
+        label="rmsnorm_kernel",
+        module="rmsnorm_kernel",
+        distribution=None,
+        build=_ours,
+        notes="this package's Triton kernels through rmsnorm_kernel.rmsnorm",
+    ),
+    Peer(
+        name="reference",
+        label="reference (eager)",
+        module="rmsnorm_kernel.reference",
+        distribution=None,
+        build=_reference,
+        notes="the tutorial's PyTorch composite, eager, float32 math",
+    ),
+    Peer(
+        name="torch",
+        label="F.rms_norm",
+        module="torch",
+        distribution="torch",
+        build=_torch,
+        notes="PyTorch's fused kernel, C++ autograd",
+    ),
+    Peer(
+        name="compile",
+        label="torch.compile(reference)",
+        module="torch",
+        distribution="torch",
+        build=_compile,
+        notes="Inductor-generated Triton from the reference, one graph per shape",
+    ),
+    Peer(
+        name="liger",
+        label="Liger",
+        module="liger_kernel.ops.rms_norm",
+        distribution="liger-kernel",
+        build=_liger,
+        notes="Liger-Kernel's Triton RMSNorm, llama casting, not in place",
+    ),
+    Peer(
+        name="quack",
+        label="quack",
+        module="quack.rmsnorm",
+        distribution="quack-kernels",
+        build=_quack,
+        notes="quack's CuTe-DSL kernels (Hopper and newer)",
+    ),
+)
+PEERS: dict[str, Peer] = {p.name: p for p in _ENTRIES}
 
 
 def build(names, eps: float) -> dict[str, Forward | str]:
