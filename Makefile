@@ -25,7 +25,7 @@ LINT_PATHS := src tests experiments
         benchmark plot clean check-environment docker-build
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z_ -]+:[^=]*## / {gsub(/ /, ", ", $$1); printf "  make %-20s %s\n", $$1, $$2}' \
+	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z_ -]+:[^=]*## / {gsub(/ /, ", ", $$1); printf "  make %-20s  %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
 	@echo "  Variables: ARGS='<overrides>' NORMS=$(NORMS) CKPT=<file> TORCH_SPEC=$(TORCH_SPEC)"
 
@@ -91,8 +91,8 @@ check-forward: setup ## forward matches the float64 oracle on every case
 check-backward: setup ## input gradient matches the float64 oracle on every case
 check-weight: setup ## weight gradient matches the float64 oracle on every case
 exercise: setup ## mutation testing: every planted kernel bug is caught
-bench: setup ## kernel timing (python -m rmsnorm_kernel.cli bench)
-benchmark: setup ## tutorial-protocol timing, reference vs kernel vs peers (GPU)
+bench: setup ## ours beside F.rms_norm, torch.compile, Liger, quack (GPU; ARGS=overrides)
+benchmark: setup ## bench with the tutorial's timing protocol (GPU)
 plot: setup ## PNG figures from the checks' and the benchmark's JSON
 check-environment: setup ## CUDA and one real kernel launch, or the interpreter notice
 reference check-forward check-backward check-weight exercise bench benchmark plot check-environment:
