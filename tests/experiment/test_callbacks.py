@@ -35,6 +35,11 @@ def test_call_counter_ignores_validation_and_test_forwards(tmp_path):
     assert (m["forward_calls"], m["backward_calls"], m["train_steps"]) == (3, 3, 3)
 
 
-def test_test_mse_ceiling_fails_the_run(tmp_path):
-    with pytest.raises(CheckFailed, match="above the configured ceiling"):
-        run(tmp_path, "norm=torch", "trainer.max_steps=2", "callbacks.test_mse.max_mse=1e-12")
+def test_test_metric_ceiling_fails_the_run(tmp_path):
+    with pytest.raises(CheckFailed, match="test/mse .* above the configured ceiling"):
+        run(tmp_path, "norm=torch", "trainer.max_steps=2", "callbacks.test_metric.max_value=1e-12")
+
+
+def test_a_test_metric_the_module_never_logs_fails_the_run(tmp_path):
+    with pytest.raises(CheckFailed, match=r"test/loss was not logged .*test/mse"):
+        run(tmp_path, "norm=torch", "trainer.max_steps=1", "compare.metric=test/loss")

@@ -1,11 +1,13 @@
-"""The cross-branch comparison: comparison.json, the PNG, the verdict and the exit code."""
+"""The cross-branch comparison: groups, summary across seeds, comparison.json, PNG, exit code."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from experiment_helpers import compose_cfg
 from omegaconf import OmegaConf
 
 from rmsnorm_kernel.experiment.compare import (
@@ -16,35 +18,103 @@ from rmsnorm_kernel.experiment.compare import (
 )
 
 
+@pytest.fixture(scope="module")
+def settings() -> dict:
+    """The compare settings exactly as conf/compare/default.yaml defines them."""
+    return OmegaConf.to_container(compose_cfg(small=False).compare)
+
+
 def _dirs(trained_pair) -> list[Path]:
     return [Path(trained_pair[n]["output_dir"]) for n in ("reference", "triton")]
 
 
-def test_comparison_of_two_branches(trained_pair, tmp_path):
-    result = compare_runs(_dirs(trained_pair), tmp_path)
+def _clone(run_dir: Path, dst: Path, **overrides: str) -> Path:
+    """A copy of a run whose metrics.json records other command-line overrides."""
+    shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns("lightning_checkpoints"))
+    metrics = json.loads((dst / "metrics.json").read_text())
+    metrics["overrides"] = {"norm": metrics["norm"], **overrides}
+    (dst / "metrics.json").write_text(json.dumps(metrics))
+    return dst
+
+
+def test_one_axis_sweep_is_one_group(trained_pair, tmp_path, settings):
+    result = compare_runs(_dirs(trained_pair), tmp_path, settings)
     saved = json.loads((tmp_path / "comparison.json").read_text())
     assert saved == json.loads(json.dumps(result))
     assert (tmp_path / "loss_curves.png").stat().st_size > 10_000
-    ref, tri = saved["branches"]["reference"], saved["branches"]["triton"]
+    assert saved["swept"] == [] and len(saved["groups"]) == 1
+    group = saved["groups"][0]
+    assert group["overrides"] == {} and group["passed"] is True
+    ref, tri = group["branches"]["reference"], group["branches"]["triton"]
+    # Recorded by the runs' callbacks, shown as recorded.
     assert (tri["forward_calls"], tri["backward_calls"]) == (10, 10)
     assert (ref["forward_calls"], ref["backward_calls"]) == (0, 0)
     assert ref["reload_max_diff"] == tri["reload_max_diff"] == 0.0
-    assert 0 < saved["initial_output_error"]["triton"] < 1e-5
-    assert 0 <= saved["initial_grad_error"]["triton"] < 1e-5
-    assert saved["delta_test_mse"]["triton"] == tri["test_mse"] - ref["test_mse"]
-    assert abs(saved["delta_test_mse"]["triton"]) < 1e-3
+    assert tri["test/mse"] == trained_pair["triton"]["test/mse"]
+    assert tri["delta"] == tri["test/mse"] - ref["test/mse"]
+    assert abs(tri["delta"]) <= settings["delta_metric_tolerance"]
+    assert 0 < tri["initial_output_error"] <= settings["initial_error_tolerance"]
+    assert 0 <= tri["initial_grad_error"] <= settings["initial_error_tolerance"]
+    (summary,) = saved["summary"]
+    assert summary["branches"]["triton"]["paired_delta_max_abs"] == abs(tri["delta"])
     assert saved["passed"] is True and saved["failed"] == []
 
 
-def test_delta_above_tolerance_fails(trained_pair, tmp_path):
-    result = compare_runs(_dirs(trained_pair), tmp_path, delta_test_mse_tolerance=-1.0)
-    assert result["passed"] is False
-    assert any("delta test MSE" in f for f in result["failed"])
+def test_a_check_above_its_tolerance_fails_the_group(trained_pair, tmp_path, settings):
+    result = compare_runs(_dirs(trained_pair), tmp_path, {**settings, "initial_error_tolerance": 0})
+    assert result["passed"] is False and result["groups"][0]["passed"] is False
+    assert any("triton: initial output error" in f for f in result["failed"])
 
 
-def test_missing_baseline_is_an_error(trained_pair, tmp_path):
-    with pytest.raises(ComparisonError, match="baseline branch 'reference' not among"):
-        compare_runs(_dirs(trained_pair)[1:], tmp_path)
+def test_groups_by_swept_overrides_and_summarises_seeds(trained_pair, tmp_path, settings):
+    ref, tri = _dirs(trained_pair)
+    runs = [
+        _clone(run, tmp_path / f"{i}_{run.name}", seed=seed, lr=lr)
+        for i, (seed, lr, run) in enumerate(
+            (s, lr, r) for s in ("0", "1") for lr in ("0.1", "0.2") for r in (ref, tri)
+        )
+    ]
+    result = compare_runs(runs, tmp_path / "out", settings)
+    assert result["swept"] == ["seed", "lr"]
+    assert [g["overrides"] for g in result["groups"]] == [
+        {"seed": "0", "lr": "0.1"},
+        {"seed": "0", "lr": "0.2"},
+        {"seed": "1", "lr": "0.1"},
+        {"seed": "1", "lr": "0.2"},
+    ]
+    assert all(set(g["branches"]) == {"reference", "triton"} for g in result["groups"])
+    # Across seeds: one summary per learning rate, two seeds each.
+    assert [s["overrides"] for s in result["summary"]] == [{"lr": "0.1"}, {"lr": "0.2"}]
+    tri_summary = result["summary"][0]["branches"]["triton"]
+    mse = trained_pair["triton"]["test/mse"]
+    assert tri_summary["n"] == 2 and tri_summary["mean"] == mse and tri_summary["std"] == 0.0
+    delta = mse - trained_pair["reference"]["test/mse"]
+    assert tri_summary["paired_delta_mean"] == delta
+    assert tri_summary["paired_delta_max_abs"] == abs(delta)
+    assert "paired_delta_mean" not in result["summary"][0]["branches"]["reference"]
+
+
+def test_a_group_without_the_baseline_is_an_error_naming_it(trained_pair, tmp_path, settings):
+    ref, tri = _dirs(trained_pair)
+    runs = [
+        _clone(ref, tmp_path / "0_ref", seed="0"),
+        _clone(tri, tmp_path / "1_tri", seed="0"),
+        _clone(tri, tmp_path / "2_tri", seed="1"),
+    ]
+    with pytest.raises(ComparisonError, match="group seed=1 has no baseline branch 'reference'"):
+        compare_runs(runs, tmp_path / "out", settings)
+
+
+def test_two_runs_of_one_norm_in_a_group_is_an_error(trained_pair, tmp_path, settings):
+    ref, _ = _dirs(trained_pair)
+    runs = [_clone(ref, tmp_path / "0_a", seed="0"), _clone(ref, tmp_path / "1_b", seed="0")]
+    with pytest.raises(ComparisonError, match=r"\(all runs\): two runs of norm 'reference'"):
+        compare_runs(runs, tmp_path / "out", settings)
+
+
+def test_another_metric_is_read_from_the_runs_records(trained_pair, tmp_path, settings):
+    with pytest.raises(ComparisonError, match="metrics.json records no 'test/loss'"):
+        compare_runs(_dirs(trained_pair), tmp_path, {**settings, "metric": "test/loss"})
 
 
 def _sweep(trained_pair, tmp_path) -> Path:
@@ -55,34 +125,26 @@ def _sweep(trained_pair, tmp_path) -> Path:
 
 
 def test_hydra_callback_prints_the_path_last_and_exits_non_zero_on_failure(
-    trained_pair, tmp_path, capsys
+    trained_pair, tmp_path, capsys, settings
 ):
     sweep = _sweep(trained_pair, tmp_path)
     assert [p.name for p in find_runs(sweep)] == ["0_reference", "1_triton"]
-    config = OmegaConf.create(
-        {
-            "hydra": {"sweep": {"dir": str(sweep)}},
-            "compare": {
-                "baseline": "reference",
-                "delta_test_mse_tolerance": 1e-3,
-                "initial_error_tolerance": 1e-5,
-            },
-        }
-    )
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "compare": settings})
     CompareOnMultirunEnd().on_multirun_end(config)
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1] == str(sweep / "comparison.json")
     assert "PASSED" in out
+    assert any(line.startswith("(all runs) triton") for line in out)
 
-    config.compare.delta_test_mse_tolerance = -1.0
+    config.compare.initial_error_tolerance = 0.0
     with pytest.raises(SystemExit) as exit_info:
         CompareOnMultirunEnd().on_multirun_end(config)
     assert exit_info.value.code == 1
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(sweep / "comparison.json")
 
 
-def test_hydra_callback_exits_non_zero_when_nothing_to_compare(tmp_path):
-    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "compare": {}})
+def test_hydra_callback_exits_non_zero_when_nothing_to_compare(tmp_path, settings):
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "compare": settings})
     with pytest.raises(SystemExit) as exit_info:
         CompareOnMultirunEnd().on_multirun_end(config)
     assert exit_info.value.code == 1

@@ -1,53 +1,78 @@
-"""Compose-API tests: every config group option and every experiment composes and instantiates."""
+"""What the configs make the code do: validation errors, branch swapping, separate roots."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from experiment_helpers import compose_cfg
+from experiment_helpers import compose_cfg, run
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 import rmsnorm_kernel
+from rmsnorm_kernel.experiment.builders import SpecError
 from rmsnorm_kernel.experiment.norms import ReferenceRMSNorm
-from rmsnorm_kernel.experiment.paths import CONFIG_DIR
+from rmsnorm_kernel.experiment.run import train
+from rmsnorm_kernel.experiment.settings import SettingsError, check_compare_settings
 
-GROUPS = ["dataset", "model", "norm", "trainer", "callbacks", "logger", "compare"]
+#: The options of the MLP experiment; other models bring their own groups and experiment files.
+MLP_OPTIONS = [
+    ("dataset", "synthetic"),
+    ("model", "mlp"),
+    ("norm", "reference"),
+    ("norm", "torch"),
+    ("norm", "triton"),
+    ("trainer", "default"),
+    ("callbacks", "default"),
+    ("logger", "tensorboard"),
+    ("compare", "default"),
+]
 
 
-def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
-
-
-@pytest.mark.parametrize(
-    "group,option", [(g, o) for g in GROUPS for o in options(g)], ids=lambda v: str(v)
-)
-def test_every_group_option_composes_and_instantiates(group, option, tmp_path):
+@pytest.mark.parametrize("group,option", MLP_OPTIONS, ids=lambda v: str(v))
+def test_every_mlp_option_builds_what_train_builds(group, option, tmp_path):
     cfg = compose_cfg([f"{group}={option}"], tmp_path)
-    assert cfg[group] is not None
-    # Everything train(cfg) instantiates must build from the composed config.
+    cfg.config_hash, cfg.run_label = "0123456789ab", "label"  # train() fills these
     instantiate(cfg.dataset)
     instantiate(cfg.model)
     callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
-    logger = instantiate(cfg.logger)
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=logger)
-    assert trainer.max_steps == cfg.trainer.max_steps
+    instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate(cfg.logger))
 
 
-@pytest.mark.parametrize("experiment", options("experiment"))
-def test_every_experiment_composes(experiment):
-    cfg = compose_cfg([f"experiment={experiment}"], small=False, return_hydra_config=True)
-    assert cfg.hydra.runtime.choices.experiment == experiment
-    # The seed CLI composes this same root config: its groups must be there.
-    assert "campaign" in cfg and "benchmark" in cfg
+@pytest.mark.parametrize(
+    "key,value,rule",
+    [
+        ("delta_metric_tolerance", -1e-3, "a finite number >= 0"),
+        ("delta_metric_tolerance", math.nan, "a finite number >= 0"),
+        ("initial_error_tolerance", math.inf, "a finite number >= 0"),
+        ("initial_error_tolerance", "1e-5", "a number"),
+        ("initial_error_tolerance", True, "a number"),
+        ("baseline", "", "a non-empty string"),
+        ("metric", None, "a non-empty string"),
+    ],
+)
+def test_compare_settings_refuse_a_bad_value_naming_the_key(key, value, rule):
+    settings = dict(compose_cfg(small=False).compare)
+    settings[key] = value
+    with pytest.raises(SettingsError, match=rf"compare\.{key} must be {rule}"):
+        check_compare_settings(settings)
 
 
-def test_minimum_is_the_seed_configuration():
-    cfg = compose_cfg(["experiment=minimum"], small=False)
-    assert cfg.task_name == "minimum"
-    assert cfg.trainer.max_steps == 100
-    assert cfg.dataset.batch_size == 32
-    assert cfg.model.optimizer._target_ == "torch.optim.Adam"
-    assert cfg.model.net.eps == 1e-6
+def test_train_refuses_a_negative_tolerance_before_writing_anything(tmp_path):
+    cfg = compose_cfg(["compare.delta_metric_tolerance=-1"], tmp_path)
+    with pytest.raises(SettingsError, match=r"compare\.delta_metric_tolerance must be"):
+        train(cfg)
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
+
+
+def test_a_net_config_that_could_not_be_reloaded_fails_before_training(tmp_path):
+    # Hydra wraps errors raised while building in InstantiationException, message kept.
+    refused = (SpecError, InstantiationException)
+    with pytest.raises(refused, match=r"net\.hidden_features: must be an integer >= 1"):
+        run(tmp_path, "model.net.hidden_features=0")
+    with pytest.raises(refused, match=r"net\.norm: unknown norm 'liger'; allowed: \["):
+        run(tmp_path, "model.net.norm=liger")
 
 
 @pytest.mark.parametrize(
@@ -58,29 +83,44 @@ def test_minimum_is_the_seed_configuration():
         ("torch", torch.nn.RMSNorm, 0),
     ],
 )
-def test_norm_group_swaps_the_branch(norm, cls, calls):
+def test_norm_group_swaps_the_layer_and_the_expected_kernel_calls(norm, cls, calls):
     cfg = compose_cfg([f"norm={norm}"])
     net = instantiate(cfg.model.net)
     assert type(net.norm) is cls
     assert net.norm.eps == cfg.model.net.eps
-    assert cfg.norm.name == norm and cfg.norm.calls_per_step == calls
-    assert cfg.run_name == f"train_{norm}_seed0"
+    assert instantiate(cfg.callbacks.kernel_calls).calls_per_step == calls
 
 
-def test_hydra_writes_under_outputs_and_compares_after_a_sweep():
+def test_training_root_holds_no_command_set_groups():
+    # A training run logs its whole config as hyperparameters: command-set groups (campaign,
+    # benchmark, exercise) would bury the run's own settings.
     cfg = compose_cfg(small=False, return_hydra_config=True)
-    assert cfg.hydra.run.dir.startswith("outputs/")
-    assert cfg.hydra.sweep.dir.startswith("outputs/")
-    assert cfg.hydra.callbacks.compare._target_.endswith("compare.CompareOnMultirunEnd")
-    assert cfg.hydra.job.chdir is False
+    choices = set(cfg.hydra.runtime.choices)
+    assert not choices & {"campaign", "benchmark", "exercise"}
+    assert not {"campaign", "benchmark", "exercise"} & set(cfg)
 
 
-def test_defaults_match_the_issue():
-    cfg = compose_cfg(small=False)
-    assert cfg.trainer.max_steps == 100 and cfg.dataset.batch_size == 32
-    assert cfg.trainer.accelerator == "auto"
-    assert cfg.norm.name == cfg.compare.baseline == "reference"
-    assert cfg.compare.delta_test_mse_tolerance > 0
-    assert cfg.logger._target_.endswith("TensorBoardLogger")
-    assert cfg.callbacks.rich_progress_bar._target_.endswith("RichProgressBar")
-    assert cfg.paths.output_dir is None  # filled by the @hydra.main shell
+def test_progress_bar_counts_steps_against_the_budget_across_epochs(tmp_path):
+    from rmsnorm_kernel.experiment.progress import StepProgressBar
+    from rmsnorm_kernel.experiment.run import build
+
+    cfg = compose_cfg(["norm=torch"], tmp_path)
+    bar = StepProgressBar()
+    datamodule, model = build(cfg)
+    trainer = instantiate(
+        cfg.trainer,
+        max_steps=10,
+        callbacks=[bar],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=True,
+    )
+    assert trainer.max_epochs == -1  # the step budget alone ends training
+    trainer.fit(model, datamodule=datamodule)  # 8 batches per epoch: 10 steps span 2 epochs
+    (train_task,) = [t for t in bar.progress.tasks if t.description.startswith("Training")]
+    assert (train_task.completed, train_task.total) == (10, 10)
+    assert train_task.description.strip() == "Training (epoch 1)"
+    speed = [c for c in bar.configure_columns(trainer) if "Speed" in type(c).__name__][0]
+    trainer.test(model, datamodule=datamodule, verbose=False)  # one batch: no speed measured
+    (test_task,) = [t for t in bar.progress.tasks if t.description.startswith("Testing")]
+    assert test_task.speed is None and speed.render(test_task).plain == ""

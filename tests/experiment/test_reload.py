@@ -1,4 +1,4 @@
-"""`make reload-check`: zero diff on good checkpoints, a clear error naming bad ones."""
+"""`make reload-check`: zero diff on good checkpoints, a clear error naming bad ones; the index."""
 
 from __future__ import annotations
 
@@ -18,10 +18,17 @@ from rmsnorm_kernel.experiment.reload import CheckpointError, check_checkpoints,
 
 @pytest.fixture
 def ckpt_dir(trained_pair, tmp_path) -> Path:
-    """A copy of the two trained checkpoints, free to damage."""
-    for m in trained_pair.values():
-        shutil.copy(m["checkpoint"], tmp_path)
+    """A copy of the two trained checkpoints (reference.safetensors, triton.safetensors)."""
+    for norm, m in trained_pair.items():
+        shutil.copy(m["checkpoint"], tmp_path / f"{norm}.safetensors")
     return tmp_path
+
+
+@pytest.fixture
+def indexed_dir(trained_pair, tmp_path) -> Path:
+    """Both runs' checkpoint folder, copied with its index.json."""
+    src = Path(trained_pair["reference"]["checkpoint"]).parent
+    return Path(shutil.copytree(src, tmp_path / "ckpt", ignore=shutil.ignore_patterns("*.lock")))
 
 
 def _rewrite(path: Path, edit) -> None:
@@ -36,20 +43,42 @@ def test_every_checkpoint_reloads_bit_for_bit(ckpt_dir):
     results = check_checkpoints(root=ckpt_dir)
     assert sorted(r["norm"] for r in results) == ["reference", "triton"]
     assert all(r["reload_max_diff"] == 0.0 and r["tensors"] == 5 for r in results)
+    assert not any(r["indexed"] for r in results)  # no index.json here: still verified
     assert issubclass(CheckpointError, RuntimeError)
 
 
+def test_every_indexed_file_is_verified_with_its_sha256(indexed_dir, trained_pair):
+    results = check_checkpoints(root=indexed_dir)
+    assert [r["indexed"] for r in results] == [True, True]
+    assert {r["run_dir"] for r in results} == {m["output_dir"] for m in trained_pair.values()}
+    assert {r["sha256"] for r in results} == {m["checkpoint_sha256"] for m in trained_pair.values()}
+
+
+def test_a_file_changed_after_export_fails_its_sha256(indexed_dir):
+    path = sorted(indexed_dir.glob("*triton*.safetensors"))[0]
+    _rewrite(path, lambda t, m: m.update(seed="00"))  # still loads, different bytes
+    with pytest.raises(CheckpointError, match=rf"{path.name}: sha256 .* differs from the recorded"):
+        check_checkpoints(root=indexed_dir)
+
+
+def test_a_listed_file_that_is_gone_fails(indexed_dir):
+    path = sorted(indexed_dir.glob("*reference*.safetensors"))[0]
+    path.unlink()
+    with pytest.raises(CheckpointError, match=rf"checkpoint not found: .*{path.name}"):
+        check_checkpoints(root=indexed_dir)
+
+
 def test_truncated_checkpoint_fails_naming_the_file(ckpt_dir):
-    path = ckpt_dir / "train_triton_seed0.safetensors"
+    path = ckpt_dir / "triton.safetensors"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 100])
-    with pytest.raises(CheckpointError, match="train_triton_seed0.safetensors.*truncated"):
+    with pytest.raises(CheckpointError, match="triton.safetensors.*truncated"):
         check_checkpoints([path])
 
 
 def test_reload_command_exits_non_zero_on_a_truncated_checkpoint(ckpt_dir):
     path = ckpt_dir / "cut.safetensors"
-    path.write_bytes((ckpt_dir / "train_reference_seed0.safetensors").read_bytes()[:500])
+    path.write_bytes((ckpt_dir / "reference.safetensors").read_bytes()[:500])
     cmd = [sys.executable, "-m", "rmsnorm_kernel.experiment.reload", "--ckpt", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
@@ -66,14 +95,14 @@ def test_missing_and_empty(tmp_path, capsys):
 
 
 def test_altered_weights_are_a_mismatch(ckpt_dir):
-    path = ckpt_dir / "train_reference_seed0.safetensors"
+    path = ckpt_dir / "reference.safetensors"
     _rewrite(path, lambda t, m: t["fc2.bias"].add_(1e-3))
-    with pytest.raises(CheckpointError, match="train_reference_seed0.*predictions differ"):
+    with pytest.raises(CheckpointError, match="reference.safetensors.*predictions differ"):
         check_checkpoints([path])
 
 
 def test_weights_of_another_net_are_a_mismatch(ckpt_dir):
-    path = ckpt_dir / "train_reference_seed0.safetensors"
+    path = ckpt_dir / "reference.safetensors"
 
     def wider(tensors, meta):
         net = json.loads(meta["net"])
@@ -81,7 +110,7 @@ def test_weights_of_another_net_are_a_mismatch(ckpt_dir):
         meta["net"] = json.dumps(net)
 
     _rewrite(path, wider)
-    with pytest.raises(CheckpointError, match="train_reference_seed0.*do not match"):
+    with pytest.raises(CheckpointError, match="reference.safetensors.*do not match"):
         check_checkpoints([path])
 
 

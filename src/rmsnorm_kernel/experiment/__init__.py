@@ -1,15 +1,22 @@
-"""The experiment layer: Hydra + Lightning training of the MLP with each RMSNorm branch.
+"""The experiment layer: Hydra + Lightning training of a net with each RMSNorm branch.
 
-Imports the kernel layer (``rmsnorm_kernel``), never the reverse. Modules, in reading order::
+Imports the kernel layer (``rmsnorm_kernel``), never the reverse, and never the command set
+(``rmsnorm_kernel.cli``). Modules, in reading order::
 
     paths       where the repo's conf/ lives (for the compose API)
-    data        make_splits (the synthetic task) and its LightningDataModule
+    settings    checks of the compare settings (tolerances from conf/compare/)
+    data        make_splits (the synthetic task) and its resumable LightningDataModule
     norms       the reference branch as an nn.Module
     model       MLP: Linear -> RMSNorm -> SiLU -> Linear
+    builders    allow-lists of nets and norms, by name: what a checkpoint may ask to build
     lit         the LightningModule (MSE, Adam, train/loss, val/loss, test/mse)
-    checkpoint  safetensors export with its own reload check
-    callbacks   the run's checks: kernel calls, first-batch probe, safetensors reload, test MSE
+    checkpoint  safetensors export, metadata rules and the one reload check (verify_checkpoint)
+    index       checkpoints/index.json: file -> run dir, config hash, sha256 (under a lock)
+    identity    config hash, recorded overrides and the TensorBoard run label
+    callbacks   the run's checks: kernel calls, first-batch probe, export, test metric; and
+                last.ckpt on Ctrl-C/SIGTERM
+    progress    the progress bar: steps against the step budget
     run         train(cfg) -> metrics
-    compare     the cross-branch verdict of a sweep (Hydra on_multirun_end)
+    compare/    the cross-branch verdict of a sweep (Hydra on_multirun_end): load, checks, plots
     reload      check_checkpoints and `python -m rmsnorm_kernel.experiment.reload`
 """

@@ -1,12 +1,14 @@
 """The run's checks, as Lightning callbacks. Each one raises when its check fails, which fails the
 run (and a sweep, with a non-zero exit) instead of leaving a warning in a log.
 
-Each check records what it measured in ``self.result`` for ``train(cfg)`` to return.
+Each check records what it measured in ``self.result``; ``train(cfg)`` merges these into
+``metrics.json``, and the sweep comparison trusts them instead of measuring again.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,16 @@ from torch import nn
 
 import rmsnorm_kernel
 
+from . import index
+from .builders import spec_of
 from .checkpoint import (
-    bitwise_equal,
-    build_net,
-    load_checkpoint,
-    max_abs_diff,
-    predict,
-    save_checkpoint,
+    CheckpointError,
+    make_metadata,
+    publish,
+    sha256_of,
+    unique_path,
+    verify_checkpoint,
+    write_checkpoint,
 )
 
 
@@ -41,10 +46,13 @@ class KernelCallCounter(L.Callback):
 
     Only what happens between ``on_train_batch_start`` and ``on_train_batch_end`` is counted, so
     validation, test and probe forwards (which also go through the wrapper) never blur the count.
-    Each training step must add exactly ``calls_per_step`` forward and backward passes: one per
-    kernel RMSNorm in the model for ``norm=triton``, 0 for the others. The expectation comes from
-    the ``norm`` config (what was asked), not from inspecting the model (what was built), so a
-    branch that silently falls back to PyTorch fails.
+    Each training step of this process must add exactly ``calls_per_step`` forward and backward
+    passes: one per kernel RMSNorm in the model for ``norm=triton``, 0 for the others. The
+    expectation comes from the ``norm`` config (what was asked), not from inspecting the model
+    (what was built), so a branch that silently falls back to PyTorch fails.
+
+    ``result``: ``forward_calls``, ``backward_calls``, ``expected_calls`` and ``session_steps``
+    (steps run by this process) and ``train_steps`` (the run's total, resumed steps included).
     """
 
     def __init__(self, calls_per_step: int) -> None:
@@ -53,7 +61,7 @@ class KernelCallCounter(L.Callback):
         self._before = (0, 0)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.result = {"forward_calls": 0, "backward_calls": 0, "train_steps": 0}
+        self.result = {"forward_calls": 0, "backward_calls": 0, "session_steps": 0}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._before = _calls()
@@ -62,12 +70,13 @@ class KernelCallCounter(L.Callback):
         forward, backward = _calls()
         self.result["forward_calls"] += forward - self._before[0]
         self.result["backward_calls"] += backward - self._before[1]
-        self.result["train_steps"] += 1
+        self.result["session_steps"] += 1
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        steps = self.result["train_steps"]
+        steps = self.result["session_steps"]
         expected = steps * self.calls_per_step
         self.result["expected_calls"] = expected
+        self.result["train_steps"] = trainer.global_step
         got = (self.result["forward_calls"], self.result["backward_calls"])
         if got != (expected, expected):
             raise CheckFailed(
@@ -108,69 +117,125 @@ class InitialProbe(L.Callback):
 
 
 class SafetensorsCheckpoint(L.Callback):
-    """At the end of training, exports the net to ``path`` and proves the export reloads exactly.
+    """At the end of training, exports the net under a name no other run uses; proves it reloads.
 
-    A fresh net is built from ``net`` (its Hydra config), loaded from the file, and every tensor
-    and the test-set predictions must be bitwise identical to the trained net's (max diff 0).
+    The file is ``directory/<stem>.safetensors`` (``stem`` carries the run name and the config
+    hash), or ``<stem>.v2.safetensors``, ``.v3``... when an identical config ran before: an
+    earlier export is never replaced. It is written beside its final name first and renamed in
+    under the index lock, then recorded in ``directory/index.json`` with its sha256. The export is
+    then checked by :func:`~.checkpoint.verify_checkpoint`, the same function ``reload`` uses,
+    against the trained net: every tensor and the test predictions bitwise identical.
+
+    The file's metadata is built (and checked) when the callback is built, so a config whose
+    export could not be reloaded fails before training.
     """
 
     def __init__(
-        self, path: str | Path, net: DictConfig, metadata: DictConfig | None = None
+        self,
+        directory: str | Path,
+        stem: str,
+        net: DictConfig | dict,
+        norm: str,
+        seed: int,
+        config_hash: str,
+        run_dir: str | Path,
     ) -> None:
-        self.path = Path(path)
-        # Resolved to plain containers: the file must describe the net without Hydra's config.
-        self.net_config = (
-            OmegaConf.to_container(net, resolve=True) if isinstance(net, DictConfig) else dict(net)
+        self.directory = Path(directory)
+        self.stem = str(stem)
+        net_config = (
+            OmegaConf.to_container(net, resolve=True) if isinstance(net, DictConfig) else net
         )
-        self.metadata = (
-            OmegaConf.to_container(metadata, resolve=True)
-            if isinstance(metadata, DictConfig)
-            else dict(metadata or {})
-        )
+        self.metadata = make_metadata(spec_of(net_config), norm, seed, config_hash, "cpu")
+        self.run_dir = str(run_dir)
         self.result: dict[str, Any] = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         net: nn.Module = pl_module.net
         test_inputs = trainer.datamodule.splits["test"][0]
-        predictions = save_checkpoint(self.path, net, self.net_config, test_inputs, self.metadata)
-
-        fresh = build_net(self.net_config, pl_module.device)
-        tensors, _ = load_checkpoint(self.path)  # the same reader `make reload-check` uses
-        fresh.load_state_dict({k: tensors[k] for k in fresh.state_dict()}, strict=True)
-        trained, reloaded = net.state_dict(), fresh.state_dict()
-        if trained.keys() != reloaded.keys():
-            raise CheckFailed(f"{self.path}: reloaded keys {sorted(reloaded)} != {sorted(trained)}")
-        tensor_diff = max((max_abs_diff(trained[k], reloaded[k]) for k in trained), default=0.0)
-        changed = [k for k in trained if not bitwise_equal(trained[k], reloaded[k])]
-        fresh_predictions = predict(fresh, test_inputs)
-        prediction_diff = max_abs_diff(predictions, fresh_predictions)
-        self.result = {
-            "checkpoint": str(self.path),
-            "reload_tensor_max_diff": tensor_diff,
-            "reload_max_diff": prediction_diff,
-        }
-        if changed or not bitwise_equal(predictions, fresh_predictions):
-            raise CheckFailed(
-                f"{self.path}: reload is not bitwise identical (tensors changed: {changed}, "
-                f"test predictions max abs diff {prediction_diff:.3g})"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".{self.stem}.{os.getpid()}.tmp"
+        write_checkpoint(tmp, net, test_inputs, self.metadata)
+        digest = sha256_of(tmp)
+        with index.locked(self.directory):
+            path = unique_path(self.directory, self.stem)
+            publish(tmp, path)
+            index.add_entry(
+                self.directory,
+                path.name,
+                {
+                    "run_dir": self.run_dir,
+                    "config_hash": self.metadata["config_hash"],
+                    "sha256": digest,
+                    "norm": self.metadata["norm"],
+                    "seed": int(self.metadata["seed"]),
+                },
             )
+        try:
+            checked = verify_checkpoint(
+                path, device=str(pl_module.device), sha256=digest, trained=net
+            )
+        except CheckpointError as e:
+            raise CheckFailed(f"export does not reload exactly: {e}") from e
+        self.result = {
+            "checkpoint": str(path),
+            "checkpoint_sha256": digest,
+            "reload_tensor_max_diff": checked["reload_tensor_max_diff"],
+            "reload_max_diff": checked["reload_max_diff"],
+        }
 
 
-class TestMSE(L.Callback):
-    """Records ``test/mse`` after testing; fails on a non-finite value or above ``max_mse``."""
+class TestMetric(L.Callback):
+    """Records the test metric (``metric``, e.g. ``test/mse``) after testing.
+
+    Fails on a non-finite value or one above ``max_value``. ``result``: ``{metric: value}``, the
+    figure the sweep comparison reads from ``metrics.json``.
+    """
 
     __test__ = False  # a Lightning callback, not a pytest test class
 
-    def __init__(self, max_mse: float | None = None) -> None:
-        self.max_mse = max_mse
+    def __init__(self, metric: str = "test/mse", max_value: float | None = None) -> None:
+        self.metric = str(metric)
+        self.max_value = max_value
         self.result: dict[str, float] = {}
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if "test/mse" not in trainer.callback_metrics:
-            raise CheckFailed("test/mse was not logged by the test loop")
-        mse = float(trainer.callback_metrics["test/mse"])
-        self.result = {"test_mse": mse}
-        if not math.isfinite(mse):
-            raise CheckFailed(f"test/mse is not finite ({mse})")
-        if self.max_mse is not None and mse > self.max_mse:
-            raise CheckFailed(f"test/mse {mse:.6g} above the configured ceiling {self.max_mse}")
+        if self.metric not in trainer.callback_metrics:
+            raise CheckFailed(
+                f"{self.metric} was not logged by the test loop "
+                f"(logged: {sorted(trainer.callback_metrics)})"
+            )
+        value = float(trainer.callback_metrics[self.metric])
+        self.result = {self.metric: value}
+        if not math.isfinite(value):
+            raise CheckFailed(f"{self.metric} is not finite ({value})")
+        if self.max_value is not None and value > self.max_value:
+            raise CheckFailed(
+                f"{self.metric} {value:.6g} above the configured ceiling {self.max_value}"
+            )
+
+
+class SaveOnInterrupt(L.Callback):
+    """Ctrl-C or SIGTERM during fit: save ``dirpath/last.ckpt`` and say how to resume.
+
+    Lightning stops at the end of the current step on SIGTERM (raising ``SIGTERMException``) and
+    turns Ctrl-C into ``KeyboardInterrupt``; both reach ``on_exception`` with the loops, optimizer
+    and train loader in a consistent state, so the saved checkpoint resumes exactly.
+    """
+
+    def __init__(self, dirpath: str | Path) -> None:
+        self.path = Path(dirpath) / "last.ckpt"
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception) -> None:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if not isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+            return
+        if trainer.state.fn != "fit":
+            return
+        trainer.save_checkpoint(self.path)
+        what = "SIGTERM" if isinstance(exception, SIGTERMException) else "Ctrl-C"
+        print(
+            f"\n{what} at step {trainer.global_step}: saved {self.path}\n"
+            f"resume with the same command plus: ckpt_path={self.path}",
+            flush=True,
+        )

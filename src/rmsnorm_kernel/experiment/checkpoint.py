@@ -1,35 +1,51 @@
-"""Exported weights: one safetensors file per run that can check its own reload.
+"""Exported weights: one safetensors file per run that can check its own reload, and runs no code.
 
 A file holds the net's ``state_dict`` plus two reserved tensors, the test inputs and the
-predictions the trained net made on them, and string metadata with the net's Hydra config (so a
-fresh net can be built without the run's config), the run name, norm, seed and device::
+predictions the trained net made on them::
 
-    fc1.weight, fc1.bias, norm.weight, fc2.weight, fc2.bias   the weights
+    fc1.weight, fc1.bias, norm.weight, fc2.weight, fc2.bias   the weights (MLP)
     check.test_inputs       (n_test, in_features)  float32
     check.test_predictions  (n_test, out_features) float32
 
-:func:`verify_checkpoint` rebuilds the net, loads the weights and requires the recomputed
-predictions to be bitwise identical to the stored ones. Predictions are only bitwise-reproducible
-on the device type that made them, so verification runs there (and refuses otherwise).
+and string metadata, every field checked on load against a fixed rule (unknown fields refused):
+
+    format       exactly FORMAT
+    net          JSON spec: plain constructor arguments, {"builder": "mlp", ..., "norm": "triton"}
+    device       the device type that made the predictions (cpu, cuda, ...)
+    norm         a registered norm name (the spec's own ``norm`` when it has one)
+    seed         the run's random seed, a decimal integer
+    config_hash  12 hex digits: the run's resolved config (``run.config_hash``)
+
+:func:`verify_checkpoint` rebuilds the net through the allow-list of ``builders`` (never by a
+name imported from the file), loads the weights and requires the recomputed predictions to be
+bitwise identical to the stored ones. Predictions are only bitwise-reproducible on the device
+type that made them, so verification runs there (and refuses otherwise).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-FORMAT = "rmsnorm_kernel.experiment.checkpoint/1"
+from .builders import SpecError, build_from_spec, check_spec, resolve_norm
+
+FORMAT = "rmsnorm_kernel.experiment.checkpoint/2"
 INPUTS = "check.test_inputs"
 PREDICTIONS = "check.test_predictions"
-REQUIRED_METADATA = ("format", "net", "device")
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+METADATA_FIELDS = ("format", "net", "device", "norm", "seed", "config_hash")
+_HASH = re.compile(r"[0-9a-f]{12}")
+_SEED = re.compile(r"-?[0-9]{1,20}")
 
 
 class CheckpointError(RuntimeError):
@@ -54,6 +70,15 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.detach().double().cpu() - b.detach().double().cpu()).abs().max().item()
 
 
+def sha256_of(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 @torch.no_grad()
 def predict(net: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     """``inputs (n, in)`` -> ``(n, out)`` in eval mode, one batch, on the net's device."""
@@ -65,57 +90,103 @@ def predict(net: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def build_net(net_config: Mapping[str, Any], device: torch.device | str = "cpu") -> nn.Module:
-    """A fresh net from its Hydra config (``_target_`` + arguments), on ``device``."""
-    return instantiate(dict(net_config)).to(device)
+def make_metadata(spec: Mapping[str, Any], norm: str, seed: int, config_hash: str, device: str):
+    """The metadata dict of a new file, checked by the same rules a reader applies."""
+    meta = {
+        "format": FORMAT,
+        "net": json.dumps(dict(spec), sort_keys=True),
+        "device": str(device),
+        "norm": str(norm),
+        "seed": str(int(seed)),
+        "config_hash": str(config_hash),
+    }
+    check_metadata(meta)
+    return meta
 
 
-def save_checkpoint(
-    path: Path,
-    net: nn.Module,
-    net_config: Mapping[str, Any],
-    test_inputs: torch.Tensor,
-    metadata: Mapping[str, Any] | None = None,
+def check_metadata(metadata: Mapping[str, str], where: str = "metadata") -> dict[str, Any]:
+    """Every field against its rule; returns ``{"spec", "device", "norm", "seed", "config_hash"}``.
+
+    Raises :class:`CheckpointError` naming the field, what it must be and what it holds. Nothing
+    in ``metadata`` is imported or called: names only select entries of the builders' allow-lists.
+    """
+
+    def bad(field: str, rule: str) -> CheckpointError:
+        return CheckpointError(f"{where} field {field!r} {rule} (got {metadata.get(field)!r})")
+
+    unknown = sorted(set(metadata) - set(METADATA_FIELDS))
+    if unknown:
+        raise CheckpointError(f"{where}: unknown field(s) {unknown}; allowed: {METADATA_FIELDS}")
+    missing = [k for k in METADATA_FIELDS if k not in metadata]
+    if missing:
+        raise CheckpointError(
+            f"{where}: not an experiment checkpoint (missing metadata field(s) {missing}; "
+            f"expected format {FORMAT!r})"
+        )
+    if metadata["format"] != FORMAT:
+        raise bad("format", f"must be {FORMAT!r} (not an experiment checkpoint of this version)")
+    try:
+        spec = json.loads(metadata["net"])
+    except json.JSONDecodeError as e:
+        raise bad("net", f"must be a JSON object ({e})") from e
+    try:
+        check_spec(spec, field=f"{where} field 'net'")
+    except SpecError as e:
+        raise CheckpointError(str(e)) from e
+    if metadata["device"] not in DEVICE_TYPES:
+        raise bad("device", f"must be one of {DEVICE_TYPES}")
+    try:
+        resolve_norm(metadata["norm"], field=f"{where} field 'norm'")
+    except SpecError as e:
+        raise CheckpointError(str(e)) from e
+    if "norm" in spec and spec["norm"] != metadata["norm"]:
+        raise bad("norm", f"must equal the net's norm {spec['norm']!r}")
+    if not _SEED.fullmatch(metadata["seed"]):
+        raise bad("seed", "must be a decimal integer")
+    if not _HASH.fullmatch(metadata["config_hash"]):
+        raise bad("config_hash", "must be 12 lowercase hex digits")
+    return {
+        "spec": spec,
+        "device": metadata["device"],
+        "norm": metadata["norm"],
+        "seed": int(metadata["seed"]),
+        "config_hash": metadata["config_hash"],
+    }
+
+
+def write_checkpoint(
+    path: Path, net: nn.Module, test_inputs: torch.Tensor, metadata: Mapping[str, str]
 ) -> torch.Tensor:
     """Write ``net``'s weights, the test inputs and its predictions on them to ``path``.
 
-    Returns the predictions ``(n_test, out)`` (on the net's device).
+    ``metadata`` comes from :func:`make_metadata` (its ``device`` is replaced by the device the
+    predictions were made on). Returns the predictions ``(n_test, out)`` on the net's device.
     """
     predictions = predict(net, test_inputs)
-    device = predictions.device
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     tensors[INPUTS] = test_inputs.detach().cpu().contiguous()
     tensors[PREDICTIONS] = predictions.cpu().contiguous()
-    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    meta.update(format=FORMAT, net=json.dumps(dict(net_config)), device=device.type)
+    meta = {**metadata, "device": predictions.device.type}
+    check_metadata(meta, where=str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Written to a temporary name first: an interrupted save never leaves a half file behind
-    # under the real name.
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=meta)
-    tmp.replace(path)
+    save_file(tensors, str(path), metadata=meta)
     return predictions
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``(tensors, metadata)`` of ``path``; :class:`CheckpointError` naming it when unusable."""
+def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, checked metadata)`` of ``path``; :class:`CheckpointError` if it is unusable."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         with safe_open(str(path), framework="pt") as f:
-            metadata = dict(f.metadata() or {})
+            raw = dict(f.metadata() or {})
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # safetensors reports truncation as several error types
         raise CheckpointError(
             f"{path}: unreadable safetensors file, truncated or corrupt ({type(e).__name__}: {e})"
         ) from e
-    missing = [k for k in REQUIRED_METADATA if k not in metadata]
-    if missing or metadata.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{path}: not an experiment checkpoint (format {metadata.get('format')!r}, "
-            f"missing metadata {missing}); expected format {FORMAT!r}"
-        )
+    metadata = check_metadata(raw, where=str(path))
     for key in (INPUTS, PREDICTIONS):
         if key not in tensors:
             raise CheckpointError(f"{path}: missing tensor {key!r}")
@@ -134,30 +205,55 @@ def resolve_device(recorded: str, device: str | None) -> torch.device:
     return torch.device(recorded)
 
 
-def verify_checkpoint(path: Path, device: str | None = None) -> dict[str, Any]:
+def verify_checkpoint(
+    path: Path,
+    device: str | None = None,
+    sha256: str | None = None,
+    trained: nn.Module | None = None,
+) -> dict[str, Any]:
     """Rebuild the net from ``path``, reload its weights, and require bitwise-equal predictions.
 
-    Returns ``{"path", "run_name", "norm", "seed", "device", "tensors", "reload_max_diff"}``;
-    raises :class:`CheckpointError` naming the file on any mismatch.
+    Args:
+        path: the ``.safetensors`` file.
+        device: where to rebuild (default: the device type that made the stored predictions).
+        sha256: when given, the file's sha256 must equal it (e.g. from ``checkpoints/index.json``).
+        trained: when given (the export callback passes the net it just saved), every reloaded
+            tensor must also be bitwise equal to this net's.
+
+    Returns:
+        ``{"path", "norm", "seed", "config_hash", "device", "tensors", "sha256",
+        "reload_tensor_max_diff", "reload_max_diff"}``; raises :class:`CheckpointError` naming
+        the file on any mismatch.
     """
     path = Path(path)
     tensors, metadata = load_checkpoint(path)
+    digest = sha256_of(path)
+    if sha256 is not None and digest != sha256:
+        raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded {sha256}")
     try:
         target = resolve_device(metadata["device"], device)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from e
-    net_config = json.loads(metadata["net"])
     weights = {k: v for k, v in tensors.items() if k not in (INPUTS, PREDICTIONS)}
     try:
-        net = build_net(net_config, target)
+        net = build_from_spec(metadata["spec"]).to(target)
         net.load_state_dict(weights, strict=True)
-    except Exception as e:  # missing/unexpected keys, wrong shapes, unknown _target_
+    except Exception as e:  # missing/unexpected keys, wrong shapes
         raise CheckpointError(
             f"{path}: weights do not match the net it describes ({type(e).__name__}: {e})"
         ) from e
     for name, value in net.state_dict().items():
         if not bitwise_equal(value, weights[name]):
             raise CheckpointError(f"{path}: tensor {name!r} changed on reload")
+    tensor_diff = 0.0
+    if trained is not None:
+        reference = trained.state_dict()
+        if reference.keys() != weights.keys():
+            raise CheckpointError(f"{path}: keys {sorted(weights)} != trained {sorted(reference)}")
+        tensor_diff = max((max_abs_diff(reference[k], weights[k]) for k in weights), default=0.0)
+        changed = [k for k in weights if not bitwise_equal(reference[k], weights[k])]
+        if changed:
+            raise CheckpointError(f"{path}: tensors {changed} differ from the trained net's")
     predictions = predict(net, tensors[INPUTS])
     stored = tensors[PREDICTIONS]
     diff = max_abs_diff(predictions, stored)
@@ -168,10 +264,33 @@ def verify_checkpoint(path: Path, device: str | None = None) -> dict[str, Any]:
         )
     return {
         "path": str(path),
-        "run_name": metadata.get("run_name", path.stem),
-        "norm": metadata.get("norm", "?"),
-        "seed": metadata.get("seed", "?"),
+        "norm": metadata["norm"],
+        "seed": metadata["seed"],
+        "config_hash": metadata["config_hash"],
         "device": target.type,
         "tensors": len(weights),
+        "sha256": digest,
+        "reload_tensor_max_diff": tensor_diff,
         "reload_max_diff": diff,
     }
+
+
+def unique_path(directory: Path, stem: str) -> Path:
+    """``directory/stem.safetensors``, or ``stem.v2``, ``stem.v3``, ... when taken.
+
+    Call it under the index lock (``index.locked``) and rename into the name before releasing:
+    two jobs then never pick the same name.
+    """
+    path = directory / f"{stem}.safetensors"
+    version = 1
+    while path.exists():
+        version += 1
+        path = directory / f"{stem}.v{version}.safetensors"
+    return path
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Move a fully written ``tmp`` to ``final``, refusing to replace an existing file."""
+    if final.exists():
+        raise CheckpointError(f"{final} exists: refusing to overwrite it")
+    os.replace(tmp, final)

@@ -9,7 +9,7 @@ bitwise identical across runs, branches and machines that share the config.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import lightning as L
@@ -49,12 +49,78 @@ def make_splits(dataset_cfg: Mapping[str, Any]) -> dict[str, tuple[torch.Tensor,
     return splits
 
 
+class ResumableBatches:
+    """Shuffled training batches, epoch after epoch, that resume mid-epoch bit for bit.
+
+    Each epoch draws from one generator seeded with ``shuffle_seed`` exactly what
+    ``DataLoader(shuffle=True, generator=..., drop_last=True)`` draws (a base seed for its
+    iterator, ``torch.randperm(n)``, and a second permutation ``RandomSampler`` computes for an
+    empty last slice), so the batches are the ones a plain shuffled loader serves and earlier
+    results still hold. Yields
+    ``(x (batch_size, in) float32, y (batch_size, out) float32)``; a short last batch is dropped.
+
+    Lightning saves :meth:`state_dict` in its checkpoints (it does so for any train loader with
+    ``state_dict``/``load_state_dict``) and restores it on resume: the generator state at the
+    start of the current epoch plus the number of batches already trained in it, counted as
+    optimizer steps since the epoch began (``steps_done()``, the trainer's ``global_step``; one
+    batch per step). Counting steps rather than batches handed out matters: Lightning fetches one
+    batch ahead, so the loader has always served one more batch than was trained.
+    """
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        batch_size: int,
+        shuffle_seed: int,
+        steps_done: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.x, self.y = x, y
+        self.batch_size = int(batch_size)
+        self.generator = torch.Generator().manual_seed(int(shuffle_seed))
+        self.steps_done = steps_done
+        self._epoch_rng_state = self.generator.get_state()
+        self._epoch_start_step = 0
+        self._skip = 0  # batches of the current epoch already trained (set by load_state_dict)
+
+    def __len__(self) -> int:
+        return len(self.x) // self.batch_size
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.x)
+        self._epoch_rng_state = self.generator.get_state()
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # the iterator's seed
+        order = torch.randperm(n, generator=self.generator)  # (n,) this epoch's order
+        torch.randperm(n, generator=self.generator)  # the draw RandomSampler discards
+        skip, self._skip = self._skip, 0
+        self._epoch_start_step = self.steps_done() - skip
+        for b in range(skip, len(self)):
+            idx = order[b * self.batch_size : (b + 1) * self.batch_size]
+            yield self.x[idx], self.y[idx]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch_rng_state": self._epoch_rng_state.clone(),
+            "batches_done": self.steps_done() - self._epoch_start_step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["epoch_rng_state"])
+        self._skip = int(state["batches_done"])
+        if not 0 <= self._skip <= len(self):
+            raise ValueError(
+                f"batches_done must be in [0, {len(self)}] (got {self._skip}): the checkpoint "
+                "was made with another batch size or split size"
+            )
+
+
 class SyntheticDataModule(L.LightningDataModule):
     """Serves :func:`make_splits` as ``(x (B, in) float32, y (B, out) float32)`` batches.
 
-    Training batches are shuffled by a generator seeded with ``shuffle_seed`` (the run seed), so
-    every branch of a sweep sees the same batches in the same order, and ``drop_last`` keeps every
-    step at exactly ``batch_size`` examples. Val and test are served unshuffled.
+    Training batches come from :class:`ResumableBatches`, shuffled by ``shuffle_seed`` (the run
+    seed), so every branch of a sweep sees the same batches in the same order, every step has
+    exactly ``batch_size`` examples, and a run resumed from a Lightning checkpoint continues with
+    the batch it stopped before. Val and test are served unshuffled.
     """
 
     def __init__(
@@ -81,22 +147,24 @@ class SyntheticDataModule(L.LightningDataModule):
         if self.splits is None:
             self.splits = make_splits(self.hparams)
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+    def _global_step(self) -> int:
+        return self.trainer.global_step if self.trainer is not None else 0
+
+    def train_dataloader(self) -> ResumableBatches:
         self.setup()
-        generator = torch.Generator().manual_seed(self.hparams.shuffle_seed) if shuffle else None
-        return DataLoader(
-            TensorDataset(*self.splits[split]),
-            batch_size=batch_size,
-            shuffle=shuffle,
-            drop_last=shuffle,
-            generator=generator,
+        x, y = self.splits["train"]
+        return ResumableBatches(
+            x, y, self.hparams.batch_size, self.hparams.shuffle_seed, self._global_step
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.hparams.batch_size, shuffle=True)
+    def _eval_loader(self, split: str) -> DataLoader:
+        self.setup()
+        return DataLoader(
+            TensorDataset(*self.splits[split]), batch_size=self.hparams.eval_batch_size
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", self.hparams.eval_batch_size, shuffle=False)
+        return self._eval_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.hparams.eval_batch_size, shuffle=False)
+        return self._eval_loader("test")

@@ -1,10 +1,13 @@
 """Reload exported checkpoints into fresh models and require zero difference.
 
 ``python -m rmsnorm_kernel.experiment.reload [--ckpt PATH ...] [--root checkpoints]``
-(``make reload-check [CKPT=path]``): every ``*.safetensors`` under the root, or the given files,
-is rebuilt from the net config stored in its metadata, loaded, and its test predictions must be
-bitwise identical to those stored at training time. A missing, truncated or mismatched file is
-reported by name and the command exits 1.
+(``make reload-check [CKPT=path]``; ``python -m rmsnorm_kernel.cli check-checkpoints`` runs this
+same function): every file listed in ``<root>/index.json`` is verified, its sha256 included, and
+so is any ``*.safetensors`` under the root that the index does not list (reported as such). With
+``--ckpt`` only the given files are checked (against their index entry when they have one). Each
+net is rebuilt from the plain arguments in the file's metadata through the allow-list of builders,
+loaded, and its test predictions must be bitwise identical to those stored at training time. A
+missing, truncated, altered or unknown-builder file is reported by name and the command exits 1.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointError, verify_checkpoint
+from .index import IndexFileError, read_index
 
 __all__ = ["CheckpointError", "check_checkpoints", "main"]
 
@@ -22,23 +26,38 @@ __all__ = ["CheckpointError", "check_checkpoints", "main"]
 def check_checkpoints(
     paths: list[Path] | None = None, root: Path = Path("checkpoints")
 ) -> list[dict[str, Any]]:
-    """Verify ``paths`` (default: every ``*.safetensors`` under ``root``), in order.
+    """Verify ``paths`` (default: every file the index of ``root`` lists, then unlisted ones).
 
-    Returns one ``{"path", "run_name", "norm", "seed", "device", "tensors", "reload_max_diff"}``
-    per file. Raises :class:`CheckpointError` naming the first file that is missing, truncated,
-    or whose reload differs, or when ``root`` holds no checkpoint at all.
+    Returns one :func:`~.checkpoint.verify_checkpoint` result per file, plus ``"indexed"``
+    (whether its sha256 came from the index) and ``"run_dir"``. Raises :class:`CheckpointError`
+    naming the first file that is missing, truncated, altered or whose reload differs, or when
+    there is no checkpoint at all.
     """
+    root = Path(root)
+    try:
+        entries = read_index(root)
+    except IndexFileError as e:
+        raise CheckpointError(str(e)) from e
     if paths is None:
-        root = Path(root)
-        paths = sorted(root.glob("*.safetensors"))
+        listed = [root / name for name in entries]
+        unlisted = [p for p in sorted(root.glob("*.safetensors")) if p.name not in entries]
+        paths = listed + unlisted
         if not paths:
             raise CheckpointError(
-                f"no checkpoints (*.safetensors) under {root}/: run `make train` first"
+                f"no checkpoints (index.json or *.safetensors) under {root}/: "
+                "run `make train` first"
             )
-    return [verify_checkpoint(Path(p)) for p in paths]
+    results = []
+    for path in map(Path, paths):
+        entry = entries.get(path.name) if path.parent.resolve() == root.resolve() else None
+        result = verify_checkpoint(path, sha256=entry["sha256"] if entry else None)
+        result.update(indexed=entry is not None, run_dir=entry["run_dir"] if entry else None)
+        results.append(result)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit status (0: every file reloads bit for bit)."""
     parser = argparse.ArgumentParser(
         prog="python -m rmsnorm_kernel.experiment.reload", description=__doc__.split("\n\n")[0]
     )
@@ -46,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ckpt", type=Path, action="append", help="a checkpoint to verify (repeatable)"
     )
     parser.add_argument(
-        "--root", type=Path, default=Path("checkpoints"), help="folder searched without --ckpt"
+        "--root", type=Path, default=Path("checkpoints"), help="folder with index.json"
     )
     args = parser.parse_args(argv)
     try:
@@ -55,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reload check FAILED: {e}", file=sys.stderr)
         return 1
     for r in results:
+        source = "sha256 ok" if r["indexed"] else "not in index.json"
         print(
             f"ok  {r['path']}  norm={r['norm']} seed={r['seed']} device={r['device']} "
-            f"tensors={r['tensors']} reload_max_diff={r['reload_max_diff']:g}"
+            f"tensors={r['tensors']} reload_max_diff={r['reload_max_diff']:g} {source}"
         )
     print(f"{len(results)} checkpoint(s) reload bit for bit")
     return 0

@@ -2,7 +2,9 @@
 
 Called by the ``@hydra.main`` shell (``python -m rmsnorm_kernel.train``) and directly by tests
 with a config from the compose API. Everything the run writes goes under ``cfg.paths.output_dir``
-except the exported weights (``cfg.paths.checkpoint_dir``).
+except the exported weights (``cfg.paths.checkpoint_dir``, names unique per config). Nothing here
+is specific to one model: the datamodule, LightningModule, callbacks and logger all come from the
+config, and ``metrics.json`` is whatever the callbacks recorded.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import load_checkpoint
+from .identity import config_hash, hydra_overrides, run_label
+from .settings import check_compare_settings
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
+#: Exit status of a run stopped by SIGTERM (128 + the signal number, as shells report it).
+SIGTERM_EXIT = 143
 
 
 def build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule]:
@@ -47,29 +53,44 @@ def _callbacks(cfg: DictConfig) -> dict[str, L.Callback]:
 
 
 def _warm_start(model: L.LightningModule, ckpt_path: str) -> None:
-    """Start from the weights of an exported safetensors checkpoint (its reload is checked)."""
+    """Start from the weights of an exported safetensors checkpoint (its metadata is checked)."""
     tensors, _ = load_checkpoint(Path(ckpt_path))
     model.net.load_state_dict({k: tensors[k] for k in model.net.state_dict()}, strict=True)
     log.info("initial weights from %s", ckpt_path)
 
 
+def _fill_identity(cfg: DictConfig) -> None:
+    """Set ``cfg.config_hash`` and ``cfg.run_label`` (the run's name in TensorBoard)."""
+    with open_dict(cfg):
+        cfg.config_hash = config_hash(cfg)
+        if cfg.get("run_label") is None:
+            cfg.run_label = run_label(cfg)
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, check and test one branch; return its metrics (also written to ``metrics.json``).
+    """Fit, check and test one run; return its metrics (also written to ``metrics.json``).
 
     Returns:
-        ``{"run_name", "norm", "seed", "test_mse", "forward_calls", "backward_calls",
-        "expected_calls", "train_steps", "reload_max_diff", "reload_tensor_max_diff",
-        "checkpoint", "output_dir", "device", "wall_time_s"}``; keys of checks that did not run
-        (``train=false``, ``test=false``) are absent.
+        ``{"run_name", "run_label", "norm", "seed", "config_hash", "overrides", "output_dir",
+        "device", "wall_time_s"}`` plus what the callbacks recorded: with the default callbacks
+        ``forward_calls``, ``backward_calls``, ``expected_calls``, ``session_steps``,
+        ``train_steps`` (the total, resumed steps included), ``checkpoint``,
+        ``checkpoint_sha256``, ``reload_max_diff``, ``reload_tensor_max_diff`` and the test
+        metric (``test/mse``). Keys of checks that did not run (``train=false``, ``test=false``)
+        are absent.
 
     Raises:
         CheckFailed: from a callback whose check failed.
+        SystemExit: 143 after SIGTERM (``last.ckpt`` saved first), 1 after Ctrl-C.
     """
     if cfg.paths.output_dir is None:
         raise ValueError(
             "cfg.paths.output_dir is null: set it (the @hydra.main shell uses the Hydra run dir)"
         )
+    if cfg.get("compare") is not None:
+        check_compare_settings(cfg.compare)  # a bad tolerance fails before hours of training
     start = time.perf_counter()
+    _fill_identity(cfg)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     # In-memory tensors: DataLoader workers would only add process start-up time.
@@ -87,15 +108,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         _warm_start(model, ckpt_path)
         ckpt_path = None
     if cfg.get("train", True):
-        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        try:
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        except SIGTERMException as e:
+            # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0.
+            raise SystemExit(SIGTERM_EXIT) from e
     if cfg.get("test", True):
         trainer.test(model, datamodule=datamodule, verbose=False)
 
     metrics: dict[str, Any] = {
         "run_name": cfg.run_name,
+        "run_label": cfg.run_label,
         "norm": cfg.norm.name,
         "seed": int(cfg.seed),
+        "config_hash": cfg.config_hash,
+        "overrides": hydra_overrides(),
         "output_dir": str(output_dir),
+        "log_dir": trainer.log_dir if logger else None,
         # the device training ran on (the model itself is back on the CPU after teardown)
         "device": str(trainer.strategy.root_device),
     }
