@@ -1,0 +1,137 @@
+"""The language model's own checks and measurements, as Lightning callbacks.
+
+``LMKernelCallCounter``  the kernel-call check for a net with ``2 * layers + 1`` norms
+``LMInitialProbe``       first-batch logits and every parameter gradient, before any step
+``Throughput``           tokens/s, step time and peak memory, logged and recorded
+
+They record into ``self.result`` like the default callbacks, so ``metrics.json`` carries them.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from safetensors.torch import save_file
+
+from .callbacks import KernelCallCounter
+
+
+class LMKernelCallCounter(KernelCallCounter):
+    """:class:`~.callbacks.KernelCallCounter` for a Llama: ``calls_per_step`` (the ``norm``
+    config's, per norm layer: 1 for the kernel) times the ``2 * num_hidden_layers + 1`` norms a
+    forward runs (two per decoder layer, one final), from the config, not from the built model.
+    """
+
+    def __init__(self, calls_per_step: int, num_hidden_layers: int) -> None:
+        super().__init__(int(calls_per_step) * (2 * int(num_hidden_layers) + 1))
+
+
+class LMInitialProbe(L.Callback):
+    """Saves logits and gradients on the first training sequences, before any optimizer step.
+
+    The batch is the first ``batch_size`` rows of the train split (unshuffled: every branch probes
+    the same tokens), run in float32 outside any autocast. Writes ``path`` (safetensors) with
+    ``output (B, S, V)`` and ``grad.<param>`` for every parameter whose name matches
+    ``grad_pattern`` (a regular expression, ``re.search``; None: all), the layout the sweep
+    comparison diffs across branches. Gradients are cleared afterwards.
+    """
+
+    def __init__(self, path: str | Path, batch_size: int, grad_pattern: str | None = None) -> None:
+        self.path = Path(path)
+        self.batch_size = int(batch_size)
+        self.grad_pattern = None if grad_pattern is None else re.compile(grad_pattern)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_step != 0:
+            return  # resumed run: "before any step" is long gone
+        inputs, targets = (t[: self.batch_size] for t in trainer.datamodule.splits["train"])
+        net = pl_module.net
+        device = pl_module.device
+        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+            logits = net(inputs.to(device))
+            pl_module.loss(logits, targets.to(device)).backward()
+        tensors = {"output": logits.detach()}
+        for name, param in net.named_parameters():
+            if self.grad_pattern is None or self.grad_pattern.search(name):
+                tensors[f"grad.{name}"] = param.grad
+        if len(tensors) == 1:
+            raise ValueError(f"LMInitialProbe: no parameter name matches {self.grad_pattern}")
+        net.zero_grad(set_to_none=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(self.path))
+
+
+class Throughput(L.Callback):
+    """Times every training step (forward, backward, optimizer) and tracks peak memory.
+
+    Each step is bracketed by ``torch.cuda.synchronize`` on a GPU, so the time is the step's,
+    not the launch queue's. Logs ``perf/step_time_ms``, ``perf/tokens_per_s`` and (GPU)
+    ``perf/peak_memory_gib`` at every step. ``result``, over the steps after ``warmup_steps``
+    (kernel compilation and allocator growth happen in the first ones): ``tokens_per_s`` and
+    ``step_time_ms`` (medians), ``peak_memory_gib`` (``max_memory_allocated`` since training
+    started, GPU only, else None) and ``timed_steps``.
+
+    Tokens per step are counted from the batch (``inputs.numel()``).
+
+    Args:
+        warmup_steps: leading steps left out of the medians.
+    """
+
+    def __init__(self, warmup_steps: int = 5) -> None:
+        self.warmup_steps = int(warmup_steps)
+        self.tokens_per_step = 0
+        self.result: dict[str, Any] = {}
+        self._times: list[float] = []
+        self._start = 0.0
+
+    def _sync(self, pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._times = []
+        if pl_module.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        seconds = time.perf_counter() - self._start
+        self._times.append(seconds)
+        self.tokens_per_step = batch[0].numel()
+        metrics = {
+            "perf/step_time_ms": 1e3 * seconds,
+            "perf/tokens_per_s": self.tokens_per_step / seconds,
+        }
+        if pl_module.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
+            metrics["perf/peak_memory_gib"] = peak
+        if trainer.logger is not None:
+            trainer.logger.log_metrics(metrics, step=trainer.global_step)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        timed = self._times[self.warmup_steps :]
+        if not timed:
+            raise ValueError(
+                f"Throughput: {len(self._times)} training steps leave none after "
+                f"warmup_steps={self.warmup_steps}; train longer or lower the warm-up"
+            )
+        step = statistics.median(timed)
+        peak = None
+        if pl_module.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
+        self.result = {
+            "tokens_per_s": self.tokens_per_step / step,
+            "step_time_ms": 1e3 * step,
+            "peak_memory_gib": peak,
+            "timed_steps": len(timed),
+        }
