@@ -4,7 +4,7 @@
 # Each step has its own time limit, so a slow step never costs the others' results.
 set -u
 out=${1:?usage: gpu_run.sh OUTDIR}
-test_s=${2:-150}; tune_s=${3:-120}; parts=${4:-acc,bwd,fwd,peers}
+test_s=${2:-150}; tune_s=${3:-120}; parts=${4:-peers,bwd,acc,fwd}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 if ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger_kernel-*.whl \
@@ -20,11 +20,11 @@ HYPOTHESIS_PROFILE=gpu timeout "$test_s" python3 -m pytest -q -p no:cacheprovide
 echo "pytest rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 tail -25 "$out/pytest.log"
 t0=$SECONDS
-timeout 60 python3 experiments/kernel_perf/host_cost.py > "$out/host_cost.log" 2>&1
+timeout 30 python3 experiments/kernel_perf/host_cost.py > "$out/host_cost.log" 2>&1
 echo "host_cost rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-head -4 "$out/host_cost.log"; grep -A14 "tottime" "$out/host_cost.log" | head -16
+head -9 "$out/host_cost.log"; grep -A12 "tottime" "$out/host_cost.log" | head -14
 t0=$SECONDS
 timeout "$tune_s" python3 experiments/kernel_perf/tune.py --out "$out/tune.json" --parts "$parts" \
   > "$out/tune.log" 2>&1
 echo "tune rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-grep -v '"part": "acc", "dw_float64": [a-z]*, "M"' "$out/tune.log" | cut -c1-230 | tail -120
+grep -v '"part": "acc", "dw_float64": [a-z]*, "M"' "$out/tune.log" | grep '^{' | cut -c1-200 | tail -60

@@ -5,8 +5,8 @@
 Parts:
 - fwd:   forward variants -- several rows per program (N <= 1024: ROWS x warps), one-pass warps
          (2048-16384), and one pass vs chunked two-pass for wide rows (32768-262144).
-- bwd:   backward variants -- row-loop pipelining (STAGES), float64 vs float32 dweight partials,
-         programs per SM, warps.
+- bwd:   backward variants -- warps and programs per SM beside the defaults, float64 row
+         accumulation, and the previous two-launch backward (previous_backward.py).
 - peers: the issue's shapes in graph mode (CUDA-graph replay: kernel time only), ours beside
          F.rms_norm and Liger when importable; GB/s = bytes moved / time (fwd 2MNs, fwd+bwd 5MNs).
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
 import traceback
 
 import torch
@@ -28,6 +30,8 @@ import triton.language as tl
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import ops
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # previous_backward.py
 
 EPS = 1e-6
 ELEMS = 64 << 20  # 64M elements: 128 MB per bf16 tensor, well past the 60 MB L2
@@ -151,32 +155,52 @@ def bwd_time(m, n, settings):
 
 
 def part_bwd(rows):
+    """Current launcher (defaults and alternatives) beside the previous two-launch backward."""
+    import previous_backward
+
     def record(**r):
         rows.append(dict(part="bwd", **r))
         print(json.dumps(rows[-1]), flush=True)
 
-    default_warps = ops._bwd_num_warps
-    for n in [1024, 4096, 8192, 16384, 32768, 65536]:
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    alternatives = {  # (warps, programs per SM) beside the defaults
+        1024: [],
+        4096: [(4, 2), (8, 2), (8, 3)],
+        8192: [(8, 1), (16, 1), (16, 2)],
+        16384: [(16, 1), (32, 1), (16, 2)],
+    }
+    for n, alts in alternatives.items():
         m = ELEMS // n
         gb = 3 * m * n * 2 / 1e9
-        variants = []
-        for stages in (1, 2, 3) if n <= 16384 else (1, 2):
-            variants.append(dict(BWD_STAGES=stages))
-        variants.append(dict(BWD_STAGES=2, DW_FLOAT64=False))
-        variants.append(dict(BWD_STAGES=1, DW_FLOAT64=False))
-        if n <= 8192:
-            variants.append(dict(BWD_STAGES=2, _bwd_num_warps=lambda b: 2 * default_warps(b)))
-            for per_sm in (1, 2, 4, 8):
-                variants.append(
-                    dict(BWD_STAGES=2, MIN_PROGRAMS_PER_SM=per_sm, MAX_PROGRAMS_PER_SM=per_sm)
-                )
-        for v in variants:
-            name = {k: (v[k] if not callable(v[k]) else "2x") for k in v}
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        _, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, torch.bfloat16)
+        try:
+            ms = ms_bench(lambda: previous_backward.launch(dy, x, w, rstd, sm))  # noqa: B023
+            record(M=m, N=n, variant="previous (2 launches)", us=1e3 * ms, GBps=gb / ms * 1e3)
+        except Exception as e:  # noqa: BLE001
+            record(M=m, N=n, variant="previous (2 launches)", error=repr(e)[:300])
+        variants = [("default", {})]
+        variants += [
+            (
+                f"warps={wp} per_sm={ps}",
+                dict(
+                    _bwd_num_warps=lambda b, wp=wp: wp,
+                    MIN_PROGRAMS_PER_SM=ps,
+                    MAX_PROGRAMS_PER_SM=ps,
+                ),
+            )
+            for wp, ps in alts
+        ]
+        if n == 4096:
+            variants.append(("float64 row accumulation", dict(DW_FLOAT64=True)))
+        for name, v in variants:
             try:
                 ms, rel = bwd_time(m, n, v)
-                record(M=m, N=n, **name, us=1e3 * ms, GBps=gb / ms * 1e3, dw_rel_err=rel)
+                record(M=m, N=n, variant=name, us=1e3 * ms, GBps=gb / ms * 1e3, dw_rel_err=rel)
             except Exception as e:  # noqa: BLE001
-                record(M=m, N=n, **name, error=repr(e)[:300])
+                record(M=m, N=n, variant=name, error=repr(e)[:300])
 
 
 SHAPES = [
@@ -275,7 +299,7 @@ def part_acc(rows):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--parts", default="acc,bwd,fwd,peers")
+    p.add_argument("--parts", default="peers,bwd,acc,fwd")
     args = p.parse_args()
     rows = []
     meta = dict(

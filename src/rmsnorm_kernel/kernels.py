@@ -7,7 +7,7 @@ Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 out
     y  = x * r * (offset + w)
     u  = dy * (offset + w)
     dx = (u - x * r*r * sum(u*x) / N) * r  (+ dh, the gradient of the returned x + residual)
-    dw = sum over rows of dy * x * r        # per-program partials, then a fixed pairwise tree
+    dw = sum over rows of dy * x * r        # per-program partials, then a fixed float64 tree
 
 Every program follows the tutorial's rhythm: program id -> column offsets -> mask -> pointers ->
 load as ACC -> reduce -> store. Row offsets are int64 so tensors over 2**31 elements are addressed
@@ -178,7 +178,7 @@ def rmsnorm_row_dot_kernel(
 
 @triton.jit
 def _dweight_tree_finish(
-    acc,  # (BLOCK,) this program's partial, DW_ACC dtype
+    acc,  # (BLOCK,) this program's partial, float64
     DW,  # pointer to the weight gradient (N,), weight dtype
     SLOTS,  # pointer to the partials (leaves, N): slot k of column c at SLOTS + k * N + c
     COUNTERS,  # pointer to this column tile's int32 counters (leaves,), zero on entry
@@ -220,11 +220,12 @@ def _dweight_tree_finish(
                     base = base - (base & span)
         span = span * 2
     if active:
-        if DW.dtype.element_ty != tl.float64:
-            # float64 -> float32 first: Triton's interpreter has no direct float64 -> bfloat16
-            # cast (it yields NaN); the extra rounding adds at most 2**-24 relative.
-            acc = acc.to(tl.float32)
-        tl.store(DW + cols, acc.to(DW.dtype.element_ty), mask=mask)
+        if DW.dtype.element_ty == tl.float64:
+            tl.store(DW + cols, acc, mask=mask)
+        else:
+            # Through float32: Triton's interpreter has no direct float64 -> bfloat16 cast (it
+            # yields NaN); the extra rounding adds at most 2**-24 relative.
+            tl.store(DW + cols, acc.to(tl.float32).to(DW.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["M", "rows_per_program"])
@@ -237,7 +238,7 @@ def rmsnorm_backward_kernel(
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
     DX,  # pointer to the input gradient (M, N), contiguous
     DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
-    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N), DW_ACC dtype
+    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N), float64
     COUNTERS,  # pointer to int32 tree counters (tiles, groups), zero on entry and on exit
     stride_dy,  # elements between two rows of DY
     stride_x,  # elements between two rows of X
@@ -250,7 +251,7 @@ def rmsnorm_backward_kernel(
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
     ACC: tl.constexpr,
-    DW_ACC: tl.constexpr,  # dweight accumulation dtype (float64: exact products, tiny sum error)
+    DW_ACC: tl.constexpr,  # dweight accumulation dtype over this program's rows (registers)
     BLOCK: tl.constexpr,  # columns per program: the whole row when ONE_TILE
     ONE_TILE: tl.constexpr,  # N <= BLOCK: reduce mean(u * x) here; else read MEAN_UX
     STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
@@ -288,9 +289,10 @@ def rmsnorm_backward_kernel(
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
-            # dy and x are exact in ACC; with DW_ACC = float64 the product is exact too.
-            dw += (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
+            # For 16-bit inputs dy * x is exact in float32; the product with rstd rounds once.
+            dw += ((dy * x) * rstd).to(DW_ACC)
     if HAS_WEIGHT:
+        # Partials meet in float64: the tree adds no visible error, whatever the number of groups.
         _dweight_tree_finish(
-            dw, DW, DW_PARTIAL, COUNTERS + tile * groups, pid, groups, N, cols, mask
+            dw.to(tl.float64), DW, DW_PARTIAL, COUNTERS + tile * groups, pid, groups, N, cols, mask
         )

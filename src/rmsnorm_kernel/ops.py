@@ -18,16 +18,25 @@ from .backend import BACKEND
 from .contract import ContractValueError, check_contract
 from .launch import CachedKernel
 
-#: Forward: widest row kept whole in registers. Wider rows are read in LOOP_BLOCK chunks, twice
-#: (the second read mostly hits L2).
-MAX_FUSED_N = 65536
-#: Chunk width for rows wider than MAX_FUSED_N: 8 values per thread at 32 warps, loads stay wide.
-LOOP_BLOCK = 8192
-#: Forward rows this short run several rows per program (rmsnorm_forward_rows_kernel): one
-#: 257-column row per program leaves most of a program's time in launch and reduction latency.
+#: Forward: widest row kept whole in registers. Measured on the H200 (kernel_perf/tune.py, bf16,
+#: 64M elements): one pass at 32768 columns 77.9 us vs 79.0 us chunked; at 65536 one pass 99.7 us
+#: vs 97.3 us in chunks of 16384, so wider rows are read in chunks, twice (the second read mostly
+#: hits L2).
+MAX_FUSED_N = 32768
+#: Chunk width of wider forward rows, at LOOP_WARPS: 16384 x 32 warps was fastest or equal at
+#: 65536-262144 columns (97.3 / 108.4 / 108.3 us; 4096 x 8 warps: 123.8 / 120.4 / 162.2 us).
+LOOP_BLOCK = 16384
+LOOP_WARPS = 32
+#: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
+ROW_DOT_BLOCK = 8192
+ROW_DOT_WARPS = 16
+#: Forward rows this short run several rows per program (rmsnorm_forward_rows_kernel): one row
+#: per program reached 834 GB/s at 128 columns and 1632 GB/s at 256 (bf16, 64M elements), several
+#: rows 3.7-3.8 TB/s.
 ROWS_MAX_N = 1024
-#: Values per program in the several-rows kernel (ROWS * BLOCK): 4096 keeps 16 values per thread
-#: at 8 warps, like the one-row kernel at 4096 columns.
+#: Values per program in the several-rows kernel (ROWS * BLOCK): 4096 was fastest or within 2%
+#: from 128 to 1024 columns, with 8 warps up to 256 columns and 4 warps above (70.6, 70.0, 72.2,
+#: 71.4 us at 128, 256, 512, 1024 columns).
 ROWS_TILE = 4096
 #: Backward: widest row kept whole in one program. Measured on the H200 (tune.py, bf16, 1.5 GB
 #: moved): one pass reaches 3.6 TB/s at 16384 columns (8 warps), while 65536 in one pass took
@@ -37,9 +46,10 @@ MAX_FUSED_N_BWD = 16384
 BWD_TILE = 4096
 #: Warps of a column tile: 16 and 32 measured equal (645 us), 4 slower (727 us) at N >= 32768.
 BWD_TILE_WARPS = 16
-#: Software pipelining of the backward row loop (tl.range num_stages): loads of the next rows are
-#: issued while this row is computed, hiding HBM latency with fewer programs per SM.
-BWD_STAGES = 2
+#: Software pipelining of the backward row loop (tl.range num_stages). On the H200 2 stages were
+#: slower than none (bf16, 64M elements: 8192 columns 159.5 vs 135.8 us, 16384: 198.4 vs 154.9),
+#: so loads are not pipelined; latency is hidden by programs in flight instead.
+BWD_STAGES = 1
 #: Backward persistent grid: programs per SM. Short rows need more programs in flight to keep
 #: memory busy: on the H200 (tune.py --programs-per-sm, bf16, 1.5 GB moved) the best was 8 per SM
 #: at 1024 columns (456 us vs 948 us with 2), 4 at 2048, and 2 from 4096 up, i.e. ~8192 / BLOCK.
@@ -52,10 +62,12 @@ INTERPRETER_PROGRAMS = 5
 #: Budget for the dweight partials (programs x N x DW_ACC bytes): the seed's 64 MiB, independent
 #: of M because the grid is persistent.
 DW_SCRATCH_BYTES = 64 << 20
-#: dweight partials and their tree sum in float64: each term dy*x*r is then exact (dy, x and r
-#: are float32 values) and the sum's error is ~1e-16 relative, so the float32 dweight is the
-#: correctly rounded sum up to r's own rounding; registers are the cost (see _bwd_num_warps).
-DW_FLOAT64 = True
+#: dweight accumulation over one program's rows in float64 instead of float32. Off: in registers
+#: float64 costs ~1.7x the registers of the row loop at 4096-16384 columns (compile_check.py:
+#: 4096 columns at 4 warps 245 vs 148 registers), i.e. occupancy. The partials always meet in a
+#: float64 tree, and for 16-bit inputs each term rounds once, so the float32 dweight is within a
+#: few ulps of the exact sum.
+DW_FLOAT64 = False
 
 #: Inputs copied because their layout could not be read in place (see ``as_rows``).
 COPIES = {"x": 0, "residual": 0, "dy": 0}
@@ -82,12 +94,12 @@ _TL_DTYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
 
 
 def _num_warps(block: int) -> int:
-    # One warp per 1024 values up to 32 warps keeps ~32 values per thread per live vector.
+    """Warps of the one-row forward kernel. On the H200 (bf16, 64M elements) 4 warps were fastest
+    or equal up to 8192 columns (2048: 70.5 us vs 74.2 with 8), 8 at 16384 (72.8 vs 74.6 with 16,
+    79.5 with 4), 32 at 32768 (77.9 vs 78.4 with 16)."""
     if block >= 32768:
         return 32
-    if block >= 8192:
-        return 16
-    if block >= 2048:
+    if block >= 16384:
         return 8
     return 4
 
@@ -98,17 +110,31 @@ def _fwd_config(n: int) -> tuple[bool, int, int | bool, int]:
     if n <= ROWS_MAX_N:
         block = triton.next_power_of_2(n)
         rows = max(1, ROWS_TILE // block)
-        return True, block, rows, _num_warps(rows * block)
+        return True, block, rows, 8 if block <= 256 else 4
     if n <= MAX_FUSED_N:
         block = triton.next_power_of_2(n)
         return False, block, True, _num_warps(block)
-    return False, LOOP_BLOCK, False, _num_warps(LOOP_BLOCK)
+    return False, LOOP_BLOCK, False, LOOP_WARPS
+
+
+@functools.lru_cache(maxsize=256)
+def _fwd_rows(m: int, rows: int, warps: int, device_index: int | None) -> tuple[int, int]:
+    """``(ROWS, num_warps)`` for ``m`` short rows: fewer rows per program while the grid would
+    leave SMs idle (128 x 257 in 16 programs of 8 rows took 2.1 us, one row per program 1.6)."""
+    if device_index is not None:
+        programs = 2 * _sm_count(device_index)
+        while rows > 1 and -(-m // rows) < programs:
+            rows //= 2
+            warps = 4
+    return rows, warps
 
 
 def _bwd_num_warps(block: int) -> int:
-    # The one-pass backward keeps x, dy and the dweight partial live: ~64 values per thread per
-    # vector was fastest on the H200 (8192 columns: 4 warps 438 us, 16 warps 519 us).
-    return max(4, min(32, block // 2048))
+    """Warps of the one-tile backward: about 32 values per thread per live vector keeps the row
+    loop near 100 registers without spills (compile_check.py, sm_90, float32 accumulation: 4096
+    columns 148 registers at 4 warps, 80 at 8; 8192: 173 at 8, 107 at 16; 16384: 8 warps spill
+    72 bytes, 16 warps 64 bytes at 128 registers)."""
+    return max(4, min(16, block // 512))
 
 
 @functools.cache
@@ -117,7 +143,7 @@ def _sm_count(device_index: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _bwd_config(m: int, n: int, device_index: int | None, dw_bytes: int):
+def _bwd_config(m: int, n: int, device_index: int | None):
     """``(BLOCK, ONE_TILE, tiles, groups, rows_per_program, num_warps)`` of the backward grid."""
     one_tile = n <= MAX_FUSED_N_BWD
     block = triton.next_power_of_2(n) if one_tile else BWD_TILE
@@ -127,7 +153,7 @@ def _bwd_config(m: int, n: int, device_index: int | None, dw_bytes: int):
     else:
         per_sm = max(MIN_PROGRAMS_PER_SM, min(MAX_PROGRAMS_PER_SM, 8192 // block))
         groups = _sm_count(device_index) * per_sm // tiles
-    budget = max(1, DW_SCRATCH_BYTES // (n * dw_bytes))
+    budget = max(1, DW_SCRATCH_BYTES // (n * 8))  # float64 partials
     groups = max(1, min(m, groups, budget))
     rows_per_program = triton.cdiv(m, groups)
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
@@ -230,6 +256,9 @@ def launch_forward(
     if m == 0:
         return y, h, rstd
     rows_kernel, block, rows_or_one_pass, warps = _fwd_config(n)
+    index = _device_index(x2)
+    if rows_kernel:
+        rows_or_one_pass, warps = _fwd_rows(m, rows_or_one_pass, warps, index)
     floats = (*split_float(eps), *split_float(offset))
     has_w, has_r = weight is not None, residual2 is not None
     w = weight if has_w else x2
@@ -246,7 +275,7 @@ def launch_forward(
             consts,
             warps,
             1,
-            _device_index(x2),
+            index,
         )
     else:
         FORWARD.launch(
@@ -256,7 +285,7 @@ def launch_forward(
             consts,
             warps,
             1,
-            _device_index(x2),
+            index,
         )
     return y, h, rstd
 
@@ -287,9 +316,7 @@ def launch_backward(
     acc = rstd.dtype
     dw_acc = torch.float64 if DW_FLOAT64 or acc == torch.float64 else torch.float32
     index = _device_index(x2)
-    block, one_tile, tiles, groups, rows_per_program, warps = _bwd_config(
-        m, n, index, dw_acc.itemsize
-    )
+    block, one_tile, tiles, groups, rows_per_program, warps = _bwd_config(m, n, index)
     offsets = split_float(offset)
     w = weight if has_w else x2
     mean_ux = rstd  # placeholder pointer when the row reduction happens in the tile kernel
@@ -299,8 +326,8 @@ def launch_backward(
             (m,),
             (dy2, x2, w, mean_ux, sdy, sx, n),
             offsets,
-            (has_w, _TL_DTYPES[acc], LOOP_BLOCK),
-            _num_warps(LOOP_BLOCK),
+            (has_w, _TL_DTYPES[acc], ROW_DOT_BLOCK),
+            ROW_DOT_WARPS,
             1,
             index,
         )
@@ -308,7 +335,7 @@ def launch_backward(
     if has_w:
         device = x2.device
         dw = torch.empty((n,), device=device, dtype=weight.dtype)
-        partial = torch.empty((groups, n), device=device, dtype=dw_acc)
+        partial = torch.empty((groups, n), device=device, dtype=torch.float64)
         counters = tree_counters(device, index, tiles * groups)
     if dh2 is not None:
         dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)

@@ -1,0 +1,141 @@
+"""Compile every kernel specialisation the launchers can request, for sm_90, without a GPU.
+
+Triton's interpreter accepts code the compiler refuses (e.g. a variable whose type changes inside
+a runtime ``if``), so CPU tests alone cannot prove the kernels compile. This drives Triton's own
+binder and ``triton.compile`` for target ``cuda:90`` (the H200) on CPU tensors, through PTX and
+ptxas to a cubin, and reports registers and spills per variant. Run it with the Triton version the
+GPU has (3.6 on the H200 image), e.g.
+
+    TRITON_INTERPRET=0 PYTHONPATH=<triton 3.6>:src python experiments/kernel_perf/compile_check.py
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import time
+
+os.environ["TRITON_INTERPRET"] = "0"  # compile, do not interpret (must precede the import)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler.compiler import make_backend  # noqa: E402
+from triton.runtime.jit import create_function_from_signature  # noqa: E402
+
+from rmsnorm_kernel import kernels, ops  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+BACKEND = make_backend(TARGET)
+ops._sm_count = lambda index: 132  # the H200's SMs: grids as the GPU would size them
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def resources(kernel) -> str:
+    """Registers, stack (spills) and shared memory of the cubin (cuobjdump -res-usage)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        out = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True)
+    line = [ln for ln in out.stdout.splitlines() if "REG:" in ln]
+    return line[0].strip() if line else out.stdout[-200:]
+
+
+def compile_one(fn, args, num_warps, num_stages=1):
+    binder = create_function_from_signature(fn.signature, fn.params, BACKEND)
+    kwargs = dict(num_warps=num_warps, num_stages=num_stages)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(
+        BACKEND, kwargs, bound, specialization, options
+    )
+    src = triton.compiler.ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=TARGET, options=options.__dict__)
+
+
+def t(*shape, dtype=torch.float32):
+    return torch.empty(*shape, dtype=dtype)
+
+
+DT = {torch.float32: tl.float32, torch.float64: tl.float64}
+
+
+def variants():
+    for dtype, w_dtype in [
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float64, torch.float64),
+        (torch.float32, torch.bfloat16),
+    ]:
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        for n in (257, 1024, 4096, 16384, 32768, 65537):
+            m = 64
+            x, w = t(m, n, dtype=dtype), t(n, dtype=w_dtype)
+            rstd = t(m, dtype=acc)
+            rows_kernel, block, rows_or_one_pass, warps = ops._fwd_config(n)
+            for has_w, has_r in itertools.product((True, False), repeat=2):
+                consts = (has_w, has_r, DT[acc], block, rows_or_one_pass)
+                floats = (1e-6, 0.0, 0.0, 0.0)
+                if rows_kernel:
+                    args = (x, x, w, x, x, rstd, n, n, m, n, *floats, *consts)
+                    yield (
+                        f"fwd_rows {dtype} w={has_w} r={has_r} N={n}",
+                        kernels.rmsnorm_forward_rows_kernel,
+                        args,
+                        warps,
+                    )
+                else:
+                    args = (x, x, w, x, x, rstd, n, n, n, *floats, *consts)
+                    yield (
+                        f"fwd {dtype} w={has_w} r={has_r} N={n}",
+                        kernels.rmsnorm_forward_kernel,
+                        args,
+                        warps,
+                    )
+            block, one_tile, tiles, groups, rpp, warps = ops._bwd_config(m, n, 0)
+            if not one_tile:
+                args = (x, x, w, rstd, n, n, n, 0.0, 0.0, True, DT[acc], ops.ROW_DOT_BLOCK)
+                yield (
+                    f"row_dot {dtype} N={n}",
+                    kernels.rmsnorm_row_dot_kernel,
+                    args,
+                    ops.ROW_DOT_WARPS,
+                )
+            for has_w, has_dh, dw64 in itertools.product(
+                (True, False), (True, False), (True, False)
+            ):
+                dw_acc = torch.float64 if dw64 or acc == torch.float64 else torch.float32
+                part = t(groups, n, dtype=torch.float64)
+                cnt = t(tiles * groups, dtype=torch.int32)
+                dwt = t(n, dtype=w_dtype)
+                args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, m, n, rpp, 0.0, 0.0)
+                consts = (has_w, has_dh, DT[acc], DT[dw_acc], block, one_tile, ops.BWD_STAGES)
+                yield (
+                    f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} N={n} warps={warps}",
+                    kernels.rmsnorm_backward_kernel,
+                    args + consts,
+                    warps,
+                )
+
+
+def main():
+    failures = 0
+    t0 = time.time()
+    for name, fn, args, warps in variants():
+        try:
+            k = compile_one(fn, args, warps)
+            print(f"ok   {name}  {resources(k)}", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every failing variant
+            failures += 1
+            print(f"FAIL {name}: {str(e)[-600:]}", flush=True)
+    print(f"{failures} failures, {time.time() - t0:.0f} s")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
