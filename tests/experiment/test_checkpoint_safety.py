@@ -143,8 +143,8 @@ def test_registered_builders_and_norms_extend_the_allow_lists(tmp_path, monkeypa
     builders.register_norm("plain", torch.nn.RMSNorm)
     net = builders.build_net("tiny", width=3, norm="plain")
     assert isinstance(net[1], torch.nn.RMSNorm)
-    with pytest.raises(builders.SpecError, match=r"net\.norm: unknown norm 'hf'"):
-        builders.build_net("tiny", width=3, norm="hf")
+    with pytest.raises(builders.SpecError, match=r"net\.norm: unknown norm 'rocket'"):
+        builders.build_net("tiny", width=3, norm="rocket")
     with pytest.raises(ValueError, match="builder name must be an identifier"):
         builders.register_builder("os.system", tiny)
 
@@ -153,3 +153,10 @@ def test_check_checkpoints_refuses_a_planted_file_among_good_ones(reference_file
     _plant(reference_file, tmp_path / "zz_bad.safetensors", "device", "builtins.open")
     with pytest.raises(CheckpointError, match=r"zz_bad.*field 'device' must be one of"):
         check_checkpoints(root=tmp_path)
+
+
+def test_a_provider_that_cannot_be_imported_is_named_in_the_error(monkeypatch):
+    monkeypatch.setattr(builders, "PROVIDERS", ["rmsnorm_kernel.experiment.no_such_provider"])
+    monkeypatch.setattr(builders, "_provider_errors", {})
+    with pytest.raises(builders.SpecError, match=r"no_such_provider not importable \(Module"):
+        builders.check_spec({"builder": "gpt"})

@@ -71,8 +71,8 @@ def test_a_net_config_that_could_not_be_reloaded_fails_before_training(tmp_path)
     refused = (SpecError, InstantiationException)
     with pytest.raises(refused, match=r"net\.hidden_features: must be an integer >= 1"):
         run(tmp_path, "model.net.hidden_features=0")
-    with pytest.raises(refused, match=r"net\.norm: unknown norm 'liger'; allowed: \["):
-        run(tmp_path, "model.net.norm=liger")
+    with pytest.raises(refused, match=r"net\.norm: unknown norm 'rocket'; allowed: \["):
+        run(tmp_path, "model.net.norm=rocket")
 
 
 @pytest.mark.parametrize(

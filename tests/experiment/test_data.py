@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import lightning as L
 import torch
 from experiment_helpers import compose_cfg
 from hydra.utils import instantiate
+from torch.utils.data import DataLoader, TensorDataset
 
-from rmsnorm_kernel.experiment.data import make_splits
+from rmsnorm_kernel.experiment.data import SyntheticDataModule, make_splits
+from rmsnorm_kernel.experiment.run import build
 
 
 def test_make_splits_shapes_dtypes_and_determinism():
@@ -43,3 +46,45 @@ def test_datamodule_batches_are_full_and_reproducible():
     assert len(dm.train_dataloader()) == 256 // 32
     ((xt, _),) = list(dm.test_dataloader())
     assert torch.equal(xt, make_splits(cfg.dataset)["test"][0])  # test served unshuffled
+
+
+class _Batches(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.seen.append(batch[0].clone())
+
+
+class _PlainShuffled(SyntheticDataModule):
+    """The loader the datamodule replaced: a shuffled DataLoader with a seeded generator."""
+
+    def train_dataloader(self) -> DataLoader:
+        self.setup()
+        generator = torch.Generator().manual_seed(self.hparams.shuffle_seed)
+        dataset = TensorDataset(*self.splits["train"])
+        return DataLoader(
+            dataset, self.hparams.batch_size, True, generator=generator, drop_last=True
+        )
+
+
+def _batches_under_lightning(datamodule, steps: int) -> list[torch.Tensor]:
+    cfg = compose_cfg(["norm=torch"])
+    model = build(cfg)[1]
+    record = _Batches()
+    trainer = instantiate(
+        cfg.trainer, max_steps=steps, callbacks=[record], logger=False, enable_checkpointing=False
+    )
+    trainer.fit(model, datamodule=datamodule)
+    return record.seen
+
+
+def test_resumable_batches_are_those_of_a_plain_shuffled_loader():
+    # Results recorded before the resumable loader existed stay reproducible.
+    cfg = compose_cfg().dataset
+    kwargs = {k: v for k, v in cfg.items() if k != "_target_"}
+    steps = 8 * 2 + 3  # into the third epoch
+    ours = _batches_under_lightning(SyntheticDataModule(**kwargs), steps)
+    plain = _batches_under_lightning(_PlainShuffled(**kwargs), steps)
+    assert len(ours) == len(plain) == steps
+    assert all(torch.equal(a, b) for a, b in zip(ours, plain, strict=True))

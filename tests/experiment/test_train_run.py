@@ -25,7 +25,7 @@ def test_output_dir_is_required(tmp_path):
 
 @pytest.mark.slow
 def test_full_100_step_triton_run(tmp_path):
-    """The seed's schedule through the Triton kernels (interpreter on CPU), every check on."""
+    """The tutorial's schedule through the Triton kernels (interpreter on CPU), every check on."""
     m = run(tmp_path, "norm=triton")
     assert m["train_steps"] == 100
     assert m["forward_calls"] == m["backward_calls"] == m["expected_calls"] == 100

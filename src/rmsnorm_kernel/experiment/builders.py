@@ -41,8 +41,10 @@ NORMS: dict[str, Callable[..., nn.Module]] = {
 #: ``name -> builder(**args) -> nn.Module``: the nets a spec can name.
 BUILDERS: dict[str, Callable[..., nn.Module]] = {}
 
-#: Modules that register builders or norms when imported (fixed names, never read from a file).
-PROVIDERS: list[str] = []
+#: Modules that register builders or norms when imported (fixed names, never read from a file):
+#: imported the first time a name is not found, so ``reload`` knows every model the repo trains.
+PROVIDERS: list[str] = ["rmsnorm_kernel.experiment.lm"]
+_provider_errors: dict[str, str] = {}
 
 
 class SpecError(ValueError):
@@ -65,14 +67,18 @@ def register_norm(name: str, factory: Callable[..., nn.Module]) -> None:
 
 def _load_providers() -> None:
     for module in PROVIDERS:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ImportError as e:  # reported with the unknown name, see _lookup
+            _provider_errors[module] = f"{type(e).__name__}: {e}"
 
 
 def _lookup(table: dict[str, Any], kind: str, field: str, name: Any) -> Any:
     if isinstance(name, str) and name not in table:
         _load_providers()
     if not isinstance(name, str) or name not in table:
-        raise SpecError(f"{field}: unknown {kind} {name!r}; allowed: {sorted(table)}")
+        missing = "".join(f"; {m} not importable ({why})" for m, why in _provider_errors.items())
+        raise SpecError(f"{field}: unknown {kind} {name!r}; allowed: {sorted(table)}{missing}")
     return table[name]
 
 

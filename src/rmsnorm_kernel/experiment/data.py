@@ -52,12 +52,11 @@ def make_splits(dataset_cfg: Mapping[str, Any]) -> dict[str, tuple[torch.Tensor,
 class ResumableBatches:
     """Shuffled training batches, epoch after epoch, that resume mid-epoch bit for bit.
 
-    Each epoch draws from one generator seeded with ``shuffle_seed`` exactly what
-    ``DataLoader(shuffle=True, generator=..., drop_last=True)`` draws (a base seed for its
-    iterator, ``torch.randperm(n)``, and a second permutation ``RandomSampler`` computes for an
-    empty last slice), so the batches are the ones a plain shuffled loader serves and earlier
-    results still hold. Yields
-    ``(x (batch_size, in) float32, y (batch_size, out) float32)``; a short last batch is dropped.
+    Each epoch draws from one generator seeded with ``shuffle_seed`` what
+    ``DataLoader(shuffle=True, generator=..., drop_last=True)`` draws when Lightning iterates it
+    (a base seed for its iterator, then ``torch.randperm(n)``; Lightning stops at ``len`` batches,
+    so ``RandomSampler`` never computes its trailing empty slice), so the batches are the ones the
+    plain shuffled loader served before, and earlier results still hold.
 
     Lightning saves :meth:`state_dict` in its checkpoints (it does so for any train loader with
     ``state_dict``/``load_state_dict``) and restores it on resume: the generator state at the
@@ -91,7 +90,6 @@ class ResumableBatches:
         self._epoch_rng_state = self.generator.get_state()
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # the iterator's seed
         order = torch.randperm(n, generator=self.generator)  # (n,) this epoch's order
-        torch.randperm(n, generator=self.generator)  # the draw RandomSampler discards
         skip, self._skip = self._skip, 0
         self._epoch_start_step = self.steps_done() - skip
         for b in range(skip, len(self)):
