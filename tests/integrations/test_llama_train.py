@@ -16,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from safetensors import safe_open
 
 from rmsnorm_kernel.experiment.checkpoint import verify_checkpoint
-from rmsnorm_kernel.experiment.compare import compare_runs
+from rmsnorm_kernel.experiment.compare import compare_runs, load_run
 from rmsnorm_kernel.experiment.lm_report import REPORT_FILE, lm_report
 from rmsnorm_kernel.experiment.paths import config_dir
 from rmsnorm_kernel.experiment.run import train
@@ -78,7 +78,10 @@ def test_each_branch_passes_its_checks(sweep):
         assert m["reload_max_diff"] == 0.0 and m["reload_tensor_max_diff"] == 0.0
         assert math.isfinite(m["test/loss"])
         assert m["tokens_per_s"] > 0 and m["step_time_ms"] > 0 and m["timed_steps"] == STEPS - 1
-        assert m["peak_memory_gib"] is None  # CPU: no allocator statistics
+        if m["device"] == "cpu":
+            assert m["peak_memory_gib"] is None  # no allocator statistics on the CPU
+        else:
+            assert m["peak_memory_gib"] > 0
         verify_checkpoint(Path(m["checkpoint"]), sha256=m["checkpoint_sha256"])
     with safe_open(hf["checkpoint"], framework="pt") as f:
         assert json.loads(f.metadata()["net"])["builder"] == "llama"
@@ -96,3 +99,32 @@ def test_probe_comparison_and_lm_report(sweep):
     assert branches["hf"]["speed_ratio"] == 1.0
     assert branches["triton"]["curve_steps"] == STEPS
     assert (sweep / REPORT_FILE).is_file()
+
+
+def test_lm_report_fails_a_curve_out_of_tolerance(sweep, tmp_path):
+    """A branch whose train/loss sits 0.5 above the baseline's fails the curve check."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    bad = tmp_path / "sweep" / "2_bad"
+    hf = metrics(sweep, "0_hf")
+    steps, values = load_run(sweep / "0_hf").curves["train/loss"]
+    writer = SummaryWriter(str(bad / "tb"))
+    for step, value in zip(steps, values, strict=True):
+        writer.add_scalar("train/loss", value + 0.5, step)
+    writer.close()
+    bad.mkdir(parents=True, exist_ok=True)
+    (bad / "metrics.json").write_text(json.dumps({**hf, "norm": "bad", "log_dir": str(bad / "tb")}))
+    (tmp_path / "sweep" / "0_hf").symlink_to(sweep / "0_hf")
+    report = lm_report(tmp_path / "sweep", "hf", "train/loss", 2.0e-2)
+    assert not report["passed"]
+    assert report["groups"][0]["branches"]["bad"]["max_curve_delta"] == pytest.approx(0.5, abs=1e-6)
+    assert len(report["failed"]) == 1 and report["failed"][0].startswith("(all runs) bad:")
+    with pytest.raises(ValueError, match="compare.curve_tolerance must be >= 0"):
+        lm_report(tmp_path / "sweep", "hf", "train/loss", -1.0)
+
+
+def test_call_counter_counts_every_norm_layer():
+    from rmsnorm_kernel.experiment.lm_callbacks import LMKernelCallCounter
+
+    assert LMKernelCallCounter(calls_per_step=1, num_hidden_layers=2).calls_per_step == 5
+    assert LMKernelCallCounter(calls_per_step=0, num_hidden_layers=8).calls_per_step == 0
