@@ -55,7 +55,14 @@ def _band_panel(top, bottom, groups: list[dict[str, Run]], baseline: str, tag: s
         steps = runs[0].curves[tag][0]
         values = np.array([r.curves[tag][1] for r in runs if r.curves[tag][0] == steps])
         mean, std = values.mean(0), values.std(0)
-        (line,) = top.plot(steps, mean, label=f"{name} (mean of {len(values)} seeds)")
+        wide = name == baseline  # underneath and wider, so identical curves still show both
+        (line,) = top.plot(
+            steps,
+            mean,
+            label=f"{name} (mean of {len(values)} seeds)",
+            lw=3.0 if wide else 1.2,
+            zorder=1 if wide else 2,
+        )
         top.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.25)
         if name == baseline:
             continue
@@ -81,7 +88,7 @@ def plot_curves(
     cols = min(len(panels), MAX_COLUMNS)
     rows = -(-len(panels) // MAX_COLUMNS)
     fig, axes = plt.subplots(
-        2 * rows, cols, figsize=(5 * cols, 6 * rows), sharex="col", squeeze=False
+        2 * rows, cols, figsize=(max(8, 5 * cols), 6 * rows), sharex="col", squeeze=False
     )
     for i, (title, branches) in enumerate(panels):
         top, bottom = axes[2 * (i // cols), i % cols], axes[2 * (i // cols) + 1, i % cols]
@@ -101,7 +108,8 @@ def plot_curves(
     for j in range(len(panels), rows * cols):  # unused cells of the last row
         axes[2 * (j // cols), j % cols].axis("off")
         axes[2 * (j // cols) + 1, j % cols].axis("off")
-    fig.suptitle(f"{tag} per branch (same seed, same batches within a group)")
+    what = "mean +- std across seeds" if only_seeds else "dashed: val/loss"
+    fig.suptitle(f"{tag} per branch ({what}); below: branch - {baseline}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -99,7 +99,8 @@ def format_table(result: dict[str, Any]) -> str:
     pooled = [s for s in result["summary"] if len(s["seeds"]) > 1]
     for s in pooled:
         lines.append("")
-        lines.append(f"across seeds {s['seeds']} {describe(s['overrides'])}:")
+        where = f" {describe(s['overrides'])}" if s["overrides"] else ""
+        lines.append(f"across seeds {s['seeds']}{where}:")
         for branch, b in s["branches"].items():
             paired = ""
             if "paired_delta_mean" in b:
