@@ -106,8 +106,11 @@ def variants():
                     args,
                     ops.ROW_DOT_WARPS,
                 )
-            for has_w, has_dh, dw64 in itertools.product(
-                (True, False), (True, False), (True, False)
+            part64 = t(groups, n, dtype=torch.float64)
+            sum_args = (part64, t(n, dtype=w_dtype), groups, n, ops.SUM_BLOCK_G, ops.SUM_BLOCK_N)
+            yield f"dw_sum {w_dtype} N={n}", kernels.dweight_sum_kernel, sum_args, 4
+            for has_w, has_dh, dw64, tree in itertools.product(
+                (True, False), (True, False), (True, False), (True, False)
             ):
                 dw_acc = torch.float64 if dw64 or acc == torch.float64 else torch.float32
                 part = t(groups, n, dtype=torch.float64)
@@ -115,8 +118,9 @@ def variants():
                 dwt = t(n, dtype=w_dtype)
                 args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, m, n, rpp, 0.0, 0.0)
                 consts = (has_w, has_dh, DT[acc], DT[dw_acc], block, one_tile, ops.BWD_STAGES)
+                consts += (tree,)
                 yield (
-                    f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} N={n} warps={warps}",
+                    f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} N={n}",
                     kernels.rmsnorm_backward_kernel,
                     args + consts,
                     warps,

@@ -181,7 +181,11 @@ def part_bwd(rows):
             record(M=m, N=n, variant="previous (2 launches)", us=1e3 * ms, GBps=gb / ms * 1e3)
         except Exception as e:  # noqa: BLE001
             record(M=m, N=n, variant="previous (2 launches)", error=repr(e)[:300])
-        variants = [("default", {})]
+        variants = [
+            ("default", {}),
+            ("in-launch tree", dict(TREE_MAX_ELEMS=1 << 62)),
+            ("sum launch", dict(TREE_MAX_ELEMS=0)),
+        ]
         variants += [
             (
                 f"warps={wp} per_sm={ps}",

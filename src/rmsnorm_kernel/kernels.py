@@ -255,6 +255,7 @@ def rmsnorm_backward_kernel(
     BLOCK: tl.constexpr,  # columns per program: the whole row when ONE_TILE
     ONE_TILE: tl.constexpr,  # N <= BLOCK: reduce mean(u * x) here; else read MEAN_UX
     STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
+    TREE: tl.constexpr,  # finish dweight here (fixed tree); else only store the partial
 ):
     """dx for a tile of rows x columns, and dweight for the whole tensor, in one launch.
 
@@ -292,7 +293,46 @@ def rmsnorm_backward_kernel(
             # For 16-bit inputs dy * x is exact in float32; the product with rstd rounds once.
             dw += ((dy * x) * rstd).to(DW_ACC)
     if HAS_WEIGHT:
-        # Partials meet in float64: the tree adds no visible error, whatever the number of groups.
-        _dweight_tree_finish(
-            dw.to(tl.float64), DW, DW_PARTIAL, COUNTERS + tile * groups, pid, groups, N, cols, mask
+        # Partials meet in float64: the sum adds no visible error, whatever the number of groups.
+        if TREE:
+            _dweight_tree_finish(
+                dw.to(tl.float64),
+                DW,
+                DW_PARTIAL,
+                COUNTERS + tile * groups,
+                pid,
+                groups,
+                N,
+                cols,
+                mask,
+            )
+        else:
+            tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw.to(tl.float64), mask=mask)
+
+
+@triton.jit
+def dweight_sum_kernel(
+    PARTIAL,  # pointer to the per-program partials (G, N), float64
+    DW,  # pointer to the weight gradient (N,), weight dtype
+    G,  # number of partial rows
+    N,  # data width
+    BLOCK_G: tl.constexpr,  # partial rows summed at once
+    BLOCK_N: tl.constexpr,  # columns per program
+):
+    """The dweight finish as a second launch (large tensors, where it beats the in-launch tree's
+    sequential tail): column sums of the partials in a fixed order."""
+    pid = tl.program_id(0)
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros([BLOCK_G, BLOCK_N], dtype=tl.float64)
+    for start in range(0, G, BLOCK_G):
+        rows = start + tl.arange(0, BLOCK_G)
+        mask = (rows[:, None] < G) & col_mask[None, :]
+        acc += tl.load(
+            PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0
         )
+    total = tl.sum(acc, axis=0)
+    if DW.dtype.element_ty == tl.float64:
+        tl.store(DW + cols, total, mask=col_mask)
+    else:
+        tl.store(DW + cols, total.to(tl.float32).to(DW.dtype.element_ty), mask=col_mask)

@@ -69,6 +69,15 @@ DW_SCRATCH_BYTES = 64 << 20
 #: few ulps of the exact sum.
 DW_FLOAT64 = False
 
+#: dweight finish: in the backward launch over a fixed tree (one launch: less host time, and no
+#: launch gap) up to this many elements (M * N); above, a second launch sums the partials
+#: (dweight_sum_kernel), because the tree's last program climbs ~log2(programs) levels one after
+#: another (an atomic and an L2 round trip each), a tail the large tensors' second launch hides.
+TREE_MAX_ELEMS = 1 << 22
+#: dweight_sum_kernel tile: BLOCK_G x BLOCK_N float64 partials per step (32 x 128 = 32 KiB).
+SUM_BLOCK_G = 32
+SUM_BLOCK_N = 128
+
 #: Inputs copied because their layout could not be read in place (see ``as_rows``).
 COPIES = {"x": 0, "residual": 0, "dy": 0}
 
@@ -76,6 +85,7 @@ FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
 ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel)
 BACKWARD = CachedKernel(kernels.rmsnorm_backward_kernel)
+DW_SUM = CachedKernel(kernels.dweight_sum_kernel)
 
 
 @functools.lru_cache(maxsize=64)
@@ -331,12 +341,14 @@ def launch_backward(
             1,
             index,
         )
-    dw = partial = counters = rstd  # placeholder pointers without a weight
+    tree = m * n <= TREE_MAX_ELEMS
+    dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
     if has_w:
         device = x2.device
         dw = torch.empty((n,), device=device, dtype=weight.dtype)
         partial = torch.empty((groups, n), device=device, dtype=torch.float64)
-        counters = tree_counters(device, index, tiles * groups)
+        if tree:
+            counters = tree_counters(device, index, tiles * groups)
     if dh2 is not None:
         dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
     else:
@@ -347,11 +359,21 @@ def launch_backward(
         + (rows_per_program,),
         offsets,
         (has_w, dh2 is not None, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
-        + (BWD_STAGES,),
+        + (BWD_STAGES, tree),
         warps,
         1,
         index,
     )
+    if has_w and not tree:
+        DW_SUM.launch(
+            (-(-n // SUM_BLOCK_N),),
+            (partial, dw, groups, n),
+            (),
+            (SUM_BLOCK_G, SUM_BLOCK_N),
+            4,
+            1,
+            index,
+        )
     return dx, (dw if has_w else None)
 
 

@@ -80,3 +80,23 @@ def test_calls_count_wrapper_passes(device):
     assert rk.CALLS == {"forward": 3, "backward": 3}
     rk.rmsnorm(x.detach(), w.detach(), 1e-6)
     assert rk.CALLS == {"forward": 4, "backward": 3}
+
+
+@pytest.mark.parametrize("tree_max", [0, 1 << 62], ids=["sum_launch", "in_launch_tree"])
+@pytest.mark.parametrize("m,n", [(17, 300), (23, 70)])
+def test_both_dweight_finishes(m, n, tree_max, device, monkeypatch):
+    """dweight through the fixed tree in the backward launch, or through dweight_sum_kernel (the
+    launcher picks by size): both against the oracle, both bitwise repeatable."""
+    from rmsnorm_kernel import ops
+
+    monkeypatch.setattr(ops, "TREE_MAX_ELEMS", tree_max)
+    x = torch.randn(m, n, device=device)
+    w = torch.randn(n, device=device, requires_grad=True)
+    dy = torch.randn(m, n, device=device)
+    grads = []
+    for _ in range(2):
+        w.grad = None
+        check_against_oracle(x, w, torch.float32)
+        rk.rmsnorm(x, w, 1e-6).backward(dy)
+        grads.append(w.grad.clone())
+    assert torch.equal(grads[0], grads[1])
