@@ -42,13 +42,16 @@ def _hooks_installed() -> bool:
 
 
 def _spec(arg) -> object:
-    """What Triton specialises a tensor or an int argument on (see the module docstring)."""
+    """What Triton specialises a tensor or an int argument on (see the module docstring); a
+    dtype stands for itself."""
     if type(arg) is int:
         if arg == 1:
             return 1
         return 2 + (arg % 16 == 0) + 4 * (_INT32_MIN <= arg <= _INT32_MAX)
     if isinstance(arg, torch.Tensor):
         return arg.dtype, arg.data_ptr() % 16 == 0
+    if isinstance(arg, torch.dtype):
+        return arg
     raise TypeError(f"specialised kernel arguments are tensors or ints (got {type(arg).__name__})")
 
 
@@ -75,11 +78,21 @@ class CachedKernel:
         num_warps: int,
         num_stages: int,
         device_index: int | None,
+        varying: tuple | None = None,
     ) -> None:
+        """``varying``: the arguments whose specialisation can change between calls, plus any
+        dtype that decides an output's; None means all of ``args``. The launchers leave out the
+        outputs they allocate (fresh allocations are 512-byte aligned, their dtypes given)."""
         if BACKEND == "interpreter" or device_index is None:
             self.fn[grid](*args, *floats, *consts, num_warps=num_warps, num_stages=num_stages)
             return
-        key = (device_index, consts, num_warps, num_stages, *map(_spec, args))
+        key = (
+            device_index,
+            consts,
+            num_warps,
+            num_stages,
+            *map(_spec, args if varying is None else varying),
+        )
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
             with torch.cuda.device(device_index):

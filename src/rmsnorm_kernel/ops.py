@@ -286,6 +286,7 @@ def launch_forward(
             warps,
             1,
             index,
+            (x2, r, w, out_dtype, sx, sr, m, n),  # y, h, rstd: fresh, dtypes given
         )
     else:
         FORWARD.launch(
@@ -296,6 +297,7 @@ def launch_forward(
             warps,
             1,
             index,
+            (x2, r, w, out_dtype, sx, sr, n),  # y, h, rstd: fresh, dtypes given
         )
     return y, h, rstd
 
@@ -340,6 +342,7 @@ def launch_backward(
             ROW_DOT_WARPS,
             1,
             index,
+            (dy2, x2, w, sdy, sx, n),  # mean_ux: fresh
         )
     tree = m * n <= TREE_MAX_ELEMS
     dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
@@ -363,6 +366,9 @@ def launch_backward(
         warps,
         1,
         index,
+        # dx, dw, partial, counters: fresh (or cached zeros) with given dtypes, or placeholders
+        # (rstd, dy2); mean_ux is rstd or fresh
+        (dy2, x2, w, rstd, dh, dx_dtype, sdy, sx, sdh, m, n, rows_per_program),
     )
     if has_w and not tree:
         DW_SUM.launch(
@@ -373,6 +379,7 @@ def launch_backward(
             4,
             1,
             index,
+            (dw.dtype, groups, n),  # partial, dw: fresh
         )
     return dx, (dw if has_w else None)
 
