@@ -1,6 +1,6 @@
 """Exact resume: stopping at step k and resuming from last.ckpt ends bitwise where never stopping
 ends (weights, test MSE, every logged loss after k), at an epoch boundary, mid-epoch, and after
-SIGTERM."""
+SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from experiment_helpers import ENV, SMALL, run
 from safetensors.torch import load_file
 from tbparse import SummaryReader
 
-from rmsnorm_kernel.experiment.run import SIGTERM_EXIT
+from rmsnorm_kernel.experiment.run import CTRL_C_EXIT, SIGTERM_EXIT
 
 #: SMALL serves 256 // 32 = 8 batches per epoch; validation every 5 steps.
 BATCHES_PER_EPOCH = 8
@@ -57,8 +57,13 @@ def test_resume_is_bitwise_identical(k, uninterrupted, tmp_path):
     _assert_same_end(resumed, uninterrupted, k)
 
 
-def test_sigterm_saves_last_ckpt_exits_non_zero_and_resumes_identically(tmp_path):
-    """A real process on CPU: SIGTERM mid-training, then resume in this process."""
+@pytest.mark.parametrize(
+    "sig,name,code",
+    [(signal.SIGTERM, "SIGTERM", SIGTERM_EXIT), (signal.SIGINT, "Ctrl-C", CTRL_C_EXIT)],
+    ids=["sigterm", "ctrl_c"],
+)
+def test_signal_saves_last_ckpt_exits_non_zero_and_resumes_identically(sig, name, code, tmp_path):
+    """A real process on CPU: a signal mid-training, then resume in this process."""
     # PyTorch's norm: the kernels are not the point here, and 300 of its steps take seconds.
     steps = 300
     args = ("norm=torch", "trainer.val_check_interval=50", f"trainer.max_steps={steps}")
@@ -78,12 +83,12 @@ def test_sigterm_saves_last_ckpt_exits_non_zero_and_resumes_identically(tmp_path
     while not probe.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.3)  # some steps in, well before the end
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == SIGTERM_EXIT, err[-3000:]
+    assert proc.returncode == code, err[-3000:]
     last = run_dir / "lightning_checkpoints" / "last.ckpt"
     assert f"resume with the same command plus: ckpt_path={last}" in out
-    k = int(out.split("SIGTERM at step ")[1].split(":")[0])
+    k = int(out.split(f"{name} at step ")[1].split(":")[0])
     assert 0 < k < steps
     assert not (run_dir / "metrics.json").exists()  # the run did not report success
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +79,25 @@ class KernelCallCounter(L.Callback):
         expected = steps * self.calls_per_step
         self.result["expected_calls"] = expected
         self.result["train_steps"] = trainer.global_step
-        got = (self.result["forward_calls"], self.result["backward_calls"])
-        if got != (expected, expected):
-            raise CheckFailed(
-                f"kernel calls over {steps} training steps: forward {got[0]}, backward {got[1]}; "
-                f"expected {expected} each ({self.calls_per_step} per step for this norm)"
-            )
+        # Under DDP each process counts its own calls (CALLS is per process). Every rank gathers
+        # every rank's counts and checks them all, so a failure raises in all ranks together
+        # instead of leaving the others waiting in the next collective.
+        counts = [(self.result["forward_calls"], self.result["backward_calls"], steps)]
+        if trainer.world_size > 1:
+            gathered: list[Any] = [None] * trainer.world_size
+            torch.distributed.all_gather_object(gathered, counts[0])
+            counts = [tuple(c) for c in gathered]
+            self.result["forward_calls_per_rank"] = [c[0] for c in counts]
+            self.result["backward_calls_per_rank"] = [c[1] for c in counts]
+        for rank, (forward, backward, rank_steps) in enumerate(counts):
+            want = rank_steps * self.calls_per_step
+            if (forward, backward, rank_steps) != (want, want, steps):
+                where = f"rank {rank}: " if len(counts) > 1 else ""
+                raise CheckFailed(
+                    f"{where}kernel calls over {rank_steps} training steps: forward {forward}, "
+                    f"backward {backward}; expected {expected} each ({self.calls_per_step} per "
+                    f"step for this norm, {steps} steps)"
+                )
 
 
 class InitialProbe(L.Callback):
@@ -102,6 +117,8 @@ class InitialProbe(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.global_step != 0:
             return  # resumed run: "before any step" is long gone
+        if not trainer.is_global_zero:
+            return  # one writer; the net (not the DDP wrapper) runs, so no rank waits on it
         x, y = (t[: self.batch_size] for t in trainer.datamodule.splits["train"])
         net: nn.Module = pl_module.net
         device = pl_module.device
@@ -150,6 +167,23 @@ class SafetensorsCheckpoint(L.Callback):
         self.result: dict[str, Any] = {}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Under DDP every rank holds the same weights: global rank 0 alone writes the file and
+        # the index, then tells every rank whether the export passed, so all fail together.
+        error: Exception | None = None
+        if trainer.is_global_zero:
+            try:
+                self._export(trainer, pl_module)
+            except Exception as e:
+                error = e
+        if trainer.world_size > 1:
+            said = None if error is None else f"{type(error).__name__}: {error}"
+            said = trainer.strategy.broadcast(said, src=0)
+            if error is None and said is not None:
+                raise CheckFailed(f"the export on rank 0 failed: {said}")
+        if error is not None:
+            raise error
+
+    def _export(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         net: nn.Module = pl_module.net
         test_inputs = trainer.datamodule.splits["test"][0]
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -215,25 +249,49 @@ class TestMetric(L.Callback):
 
 
 class SaveOnInterrupt(L.Callback):
-    """Ctrl-C or SIGTERM during fit: save ``dirpath/last.ckpt`` and say how to resume.
+    """Ctrl-C or SIGTERM during fit: finish the step, save ``dirpath/last.ckpt``, say how to resume.
 
-    Lightning stops at the end of the current step on SIGTERM (raising ``SIGTERMException``) and
-    turns Ctrl-C into ``KeyboardInterrupt``; both reach ``on_exception`` with the loops, optimizer
-    and train loader in a consistent state, so the saved checkpoint resumes exactly.
+    Lightning's SIGTERM handler lets the current step finish and then raises ``SIGTERMException``,
+    so the saved state (weights, optimizer, loops, train batches) is consistent and resumes
+    exactly. A Ctrl-C arriving mid-step would leave half-updated weights, so during fit the first
+    Ctrl-C is turned into that same graceful stop; a second Ctrl-C stops at once, without saving.
+    ``train(cfg)`` then exits 130 (Ctrl-C) or 143 (SIGTERM).
     """
 
     def __init__(self, dirpath: str | Path) -> None:
         self.path = Path(dirpath) / "last.ckpt"
+        self.stopped_by_ctrl_c = False
+        self._previous: Any = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        self._previous = signal.getsignal(signal.SIGINT)
+
+        def ctrl_c(signum, frame) -> None:
+            self.stopped_by_ctrl_c = True
+            signal.signal(signal.SIGINT, self._previous)  # a second Ctrl-C stops at once
+            print("\nCtrl-C: stopping after this step to save last.ckpt", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        signal.signal(signal.SIGINT, ctrl_c)
+
+    def _restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore()
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception) -> None:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        if not isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
-            return
-        if trainer.state.fn != "fit":
-            return
+        self._restore()
+        if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
+            return  # e.g. a second Ctrl-C: the step may be half done, nothing worth saving
         trainer.save_checkpoint(self.path)
-        what = "SIGTERM" if isinstance(exception, SIGTERMException) else "Ctrl-C"
+        what = "Ctrl-C" if self.stopped_by_ctrl_c else "SIGTERM"
         print(
             f"\n{what} at step {trainer.global_step}: saved {self.path}\n"
             f"resume with the same command plus: ckpt_path={self.path}",

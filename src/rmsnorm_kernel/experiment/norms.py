@@ -1,4 +1,4 @@
-"""The reference branch as a module: the tutorial's oracle behind ``torch.nn.RMSNorm``'s interface."""
+"""The reference branch as a module: the tutorial's oracle behind torch.nn.RMSNorm's interface."""
 
 from __future__ import annotations
 

@@ -22,13 +22,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import load_checkpoint
 from .identity import config_hash, hydra_overrides, run_label
+from .launch import processes_to_start, spawn
 from .settings import check_compare_settings
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
-#: Exit status of a run stopped by SIGTERM (128 + the signal number, as shells report it).
+#: Exit status of a run stopped by SIGTERM or Ctrl-C (128 + the signal number, as shells say).
 SIGTERM_EXIT = 143
+CTRL_C_EXIT = 130
 
 
 def build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule]:
@@ -67,35 +69,12 @@ def _fill_identity(cfg: DictConfig) -> None:
             cfg.run_label = run_label(cfg)
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, check and test one run; return its metrics (also written to ``metrics.json``).
+def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
+    """Build, fit and test in this process; return what this rank measured.
 
-    Returns:
-        ``{"run_name", "run_label", "norm", "seed", "config_hash", "overrides", "output_dir",
-        "device", "wall_time_s"}`` plus what the callbacks recorded: with the default callbacks
-        ``forward_calls``, ``backward_calls``, ``expected_calls``, ``session_steps``,
-        ``train_steps`` (the total, resumed steps included), ``checkpoint``,
-        ``checkpoint_sha256``, ``reload_max_diff``, ``reload_tensor_max_diff`` and the test
-        metric (``test/mse``). Keys of checks that did not run (``train=false``, ``test=false``)
-        are absent.
-
-    Raises:
-        CheckFailed: from a callback whose check failed.
-        SystemExit: 143 after SIGTERM (``last.ckpt`` saved first), 1 after Ctrl-C.
+    Under DDP every process runs this (started by :func:`~.launch.spawn` or by a cluster); the
+    callbacks keep exports and probes to global rank 0 and reduce what spans ranks.
     """
-    if cfg.paths.output_dir is None:
-        raise ValueError(
-            "cfg.paths.output_dir is null: set it (the @hydra.main shell uses the Hydra run dir)"
-        )
-    if cfg.get("compare") is not None:
-        check_compare_settings(cfg.compare)  # a bad tolerance fails before hours of training
-    start = time.perf_counter()
-    _fill_identity(cfg)
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    # In-memory tensors: DataLoader workers would only add process start-up time.
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-
     datamodule, model = build(cfg)
     callbacks = _callbacks(cfg)
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
@@ -114,7 +93,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         except SIGTERMException as e:
             # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0.
-            raise SystemExit(SIGTERM_EXIT) from e
+            ctrl_c = any(getattr(c, "stopped_by_ctrl_c", False) for c in callbacks.values())
+            raise SystemExit(CTRL_C_EXIT if ctrl_c else SIGTERM_EXIT) from e
     if cfg.get("test", True):
         trainer.test(model, datamodule=datamodule, verbose=False)
 
@@ -124,15 +104,58 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "norm": cfg.norm.name,
         "seed": int(cfg.seed),
         "config_hash": cfg.config_hash,
-        "overrides": hydra_overrides(),
-        "output_dir": str(output_dir),
+        "output_dir": str(cfg.paths.output_dir),
         "log_dir": trainer.log_dir if logger else None,
         # the device training ran on (the model itself is back on the CPU after teardown)
         "device": str(trainer.strategy.root_device),
+        "world_size": trainer.world_size,  # processes that trained together (DDP), else 1
+        "global_rank": trainer.global_rank,
     }
     for callback in callbacks.values():
         metrics.update(getattr(callback, "result", {}))
+    return metrics
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, check and test one run; return its metrics (also written to ``metrics.json``).
+
+    With ``trainer=ddp`` on several devices of this host, one process per device is started
+    here (:mod:`.launch`) and rank 0's metrics are returned; ``metrics.json`` is written once,
+    by this process (or by global rank 0 where a cluster started the processes).
+
+    Returns:
+        ``{"run_name", "run_label", "norm", "seed", "config_hash", "overrides", "output_dir",
+        "device", "world_size", "global_rank", "wall_time_s"}`` plus what the callbacks
+        recorded: with the default callbacks ``forward_calls``, ``backward_calls``,
+        ``expected_calls``, ``session_steps``, ``train_steps`` (the total, resumed steps
+        included), ``checkpoint``, ``checkpoint_sha256``, ``reload_max_diff``,
+        ``reload_tensor_max_diff`` and the test metric (``test/mse``); under DDP also
+        ``forward_calls_per_rank`` and ``backward_calls_per_rank``. Keys of checks that did not
+        run (``train=false``, ``test=false``) are absent.
+
+    Raises:
+        CheckFailed: from a callback whose check failed (in any rank).
+        SystemExit: 143 after SIGTERM, 130 after Ctrl-C (``last.ckpt`` saved first by the
+            interrupt callback).
+    """
+    if cfg.paths.output_dir is None:
+        raise ValueError(
+            "cfg.paths.output_dir is null: set it (the @hydra.main shell uses the Hydra run dir)"
+        )
+    if cfg.get("compare") is not None:
+        check_compare_settings(cfg.compare)  # a bad tolerance fails before hours of training
+    nprocs = processes_to_start(cfg.trainer)  # a bad device request fails before any output
+    start = time.perf_counter()
+    _fill_identity(cfg)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    # In-memory tensors: DataLoader workers would only add process start-up time.
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+
+    metrics = spawn(fit_and_test, cfg, nprocs) if nprocs > 1 else fit_and_test(cfg)
+    metrics["overrides"] = hydra_overrides()  # the parent's: children have no Hydra state
     metrics["wall_time_s"] = round(time.perf_counter() - start, 3)
-    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-    log.info("metrics: %s", metrics)
+    if metrics["global_rank"] == 0:  # other ranks of a cluster-started run write nothing
+        (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+        log.info("metrics: %s", metrics)
     return metrics
