@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Llama comparison on a GPU: two LLM widths (experiment=llama_h200: hidden 4096 x 4 layers,
 # 2 x 4096 tokens; llama_h200_2048: hidden 2048 x 8 layers, 8 x 2048 tokens), each trained 30
-# steps in bf16-mixed with every norm branch: hf (LlamaRMSNorm), triton (our patch), torch
-# (nn.RMSNorm) and liger (when importable). About 5 minutes on an H200.
+# steps in bf16-mixed with every norm branch: hf (LlamaRMSNorm), triton (our patch),
+# triton_fused (the patch with fuse_residual=True), torch (nn.RMSNorm) and liger (when
+# importable). About 5 minutes on an H200 (estimated: not yet run there).
 #
 # Run from the repo root with a python3 that has torch, triton, lightning, transformers,
 # safetensors, tensorboard, matplotlib; wheels of what it lacks (hydra-core, omegaconf,
@@ -42,7 +43,7 @@ for name in ("torch", "triton", "transformers", "lightning", "hydra", "liger_ker
 PY
 } 2>&1 | tee "$out/env.txt"
 
-norms=${NORMS:-hf,triton,torch}
+norms=${NORMS:-hf,triton,triton_fused,torch}
 if [ -z "${NORMS:-}" ]; then
   if "$py" -c "import liger_kernel" 2> /dev/null; then
     norms="$norms,liger"

@@ -36,9 +36,12 @@ def norm_classes(net) -> list[str]:
 
 
 def test_branches_start_from_the_same_weights_and_compute_the_same_logits(device):
-    nets = {norm: build(norm).to(device) for norm in ("hf", "triton", "torch")}
+    nets = {norm: build(norm).to(device) for norm in ("hf", "triton", "triton_fused", "torch")}
     assert norm_classes(nets["hf"]) == ["LlamaRMSNorm"] * NORMS
     assert norm_classes(nets["triton"]) == ["KernelLlamaRMSNorm"] * NORMS
+    assert norm_classes(nets["triton_fused"]) == ["KernelLlamaRMSNorm"] * NORMS
+    fused = [type(m).__name__ for m in nets["triton_fused"].lm.model.layers]
+    assert fused == ["KernelLlamaDecoderLayer"] * SPEC["num_hidden_layers"]
     assert norm_classes(nets["torch"]) == ["RMSNorm"] * NORMS
     keys = list(nets["hf"].state_dict())
     for net in nets.values():
@@ -54,6 +57,8 @@ def test_branches_start_from_the_same_weights_and_compute_the_same_logits(device
         triton = nets["triton"](ids)
         assert rk.CALLS["forward"] == NORMS
         torch.testing.assert_close(triton, ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(nets["triton_fused"](ids), ref, atol=1e-5, rtol=1e-5)
+        assert rk.CALLS["forward"] == 2 * NORMS
         torch.testing.assert_close(nets["torch"](ids), ref, atol=1e-5, rtol=1e-5)
 
 

@@ -6,9 +6,12 @@ this net. The ``norm`` argument picks the branch:
 
     hf       the model's own ``LlamaRMSNorm`` (the baseline)
     triton   ``rmsnorm_kernel.integrations.transformers.patch``: the same modules, kernel forward
+    triton_fused   the same, with ``fuse_residual=True``: each decoder layer's post-attention
+             residual add happens inside the norm's kernel
     torch, reference, liger, ...   every ``LlamaRMSNorm`` replaced by that registered norm layer
 
-Importing this module registers the builder and the ``hf`` and ``liger`` norm names.
+Importing this module registers the builder and the ``hf``, ``liger`` and ``triton_fused`` norm
+names (``triton_fused`` is the plain kernel layer in nets without a residual stream).
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ import lightning as L
 import torch
 from torch import nn
 
-from .builders import SpecError, register_builder, register_norm, resolve_norm
+import rmsnorm_kernel
 
-#: Norm branches that keep Llama's own modules (the patch changes only their forward).
-OWN_MODULES = ("hf", "triton")
+from .builders import SpecError, register_builder, register_norm, resolve_norm
 
 
 def _llama_rmsnorm(normalized_shape, eps: float = 1e-6) -> nn.Module:
@@ -135,10 +137,10 @@ def build_llama(
         attn_implementation=attn_implementation,
     )
     lm = LlamaForCausalLM(config)
-    if norm == "triton":
+    if norm in ("triton", "triton_fused"):
         from ..integrations.transformers import patch
 
-        patch(lm)
+        patch(lm, fuse_residual=norm == "triton_fused")
     elif norm != "hf":
         _swap_norms(lm, factory, float(eps))
     return CausalLM(lm)
@@ -146,6 +148,7 @@ def build_llama(
 
 register_norm("hf", _llama_rmsnorm)
 register_norm("liger", _liger_rmsnorm)
+register_norm("triton_fused", rmsnorm_kernel.RMSNorm)
 register_builder("llama", build_llama)
 
 

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from ..function import rmsnorm
+from .fused_residual import DECODER_SOURCES, fused_decoder_forward
 
 __all__ = ["CONVENTIONS", "UnsupportedNormError", "convention_of", "patch", "unpatch"]
 
@@ -174,6 +175,17 @@ def _method_source(cls: type, name: str) -> str | None:
     return got.get(name)
 
 
+_EXPECTED_DECODERS = [_methods(source)["forward"] for source in DECODER_SOURCES]
+_DECODER_FUSABLE: dict[type, bool] = {}
+
+
+def decoder_is_fusable(cls: type) -> bool:
+    """Whether ``cls.forward`` is a Llama decoder forward that :mod:`.fused_residual` rewires."""
+    if cls not in _DECODER_FUSABLE:
+        _DECODER_FUSABLE[cls] = _method_source(cls, "forward") in _EXPECTED_DECODERS
+    return _DECODER_FUSABLE[cls]
+
+
 def convention_of(cls: type) -> str | None:
     """The name of the convention whose source ``cls`` has, or ``None``."""
     if cls not in _CLASS_CONVENTION:
@@ -193,17 +205,22 @@ def convention_of(cls: type) -> str | None:
 _KERNEL_CLASSES: dict[type, type] = {}
 
 
-def _kernel_class(cls: type, convention: Convention) -> type:
+def _kernel_class(cls: type, forward: Callable, rule: str) -> type:
+    """The subclass of ``cls`` whose ``forward`` is ``forward`` (made once per class).
+
+    ``rule``: the convention's name for norms (``_rmsnorm_kernel_rule``, read by the fused
+    residual path), "fused residual" for decoder layers.
+    """
     if cls not in _KERNEL_CLASSES:
         _KERNEL_CLASSES[cls] = type(
             f"Kernel{cls.__name__}",
             (cls,),
             {
-                "forward": convention.forward,
+                "forward": forward,
                 "__module__": __name__,
-                "__doc__": f"{cls.__name__} running rmsnorm_kernel ({convention.name} rule).",
+                "__doc__": f"{cls.__name__} running rmsnorm_kernel ({rule}).",
                 "_rmsnorm_kernel_original": cls,
-                "_rmsnorm_kernel_convention": convention.name,
+                "_rmsnorm_kernel_rule": rule,
             },
         )
     return _KERNEL_CLASSES[cls]
@@ -230,50 +247,96 @@ def _check_attributes(path: str, module: nn.Module, convention: Convention) -> N
         )
 
 
-def patch(model: nn.Module, *, allow_unknown: bool = False) -> int:
+def _norm_plan(path: str, module: nn.Module, allow_unknown: bool) -> Convention | None:
+    """The convention ``module`` will be patched with; None to leave it (allow_unknown)."""
+    name = convention_of(type(module))
+    if name is None:
+        cls = type(module)
+        if allow_unknown:
+            return None
+        known = FAMILIES.get(cls.__name__)
+        why = (
+            f"its source no longer matches the {known} convention this patch reproduces"
+            if known
+            else "its math is not one of the conventions this patch reproduces exactly "
+            f"({', '.join(CONVENTIONS)})"
+        )
+        raise UnsupportedNormError(
+            f"{cls.__module__}.{cls.__qualname__} at '{path}': {why}; pass "
+            "allow_unknown=True to leave such modules unpatched"
+        )
+    _check_attributes(path, module, CONVENTIONS[name])
+    return CONVENTIONS[name]
+
+
+def _check_fusable(path: str, layer: nn.Module, rule_norms: set[int]) -> None:
+    cls = type(layer)
+    if not decoder_is_fusable(cls):
+        raise UnsupportedNormError(
+            f"fuse_residual: {cls.__module__}.{cls.__qualname__} at '{path}' is not a Llama-style "
+            "decoder layer (its forward is not the one fused_residual rewires); pass "
+            "allow_unknown=True to leave such layers unfused"
+        )
+    norm = getattr(layer, "post_attention_layernorm", None)
+    if id(norm) not in rule_norms:
+        raise UnsupportedNormError(
+            f"fuse_residual: '{path}.post_attention_layernorm' is not a norm patched with the "
+            "llama or gemma rule, which the fused add + norm reproduces"
+        )
+
+
+def patch(model: nn.Module, *, fuse_residual: bool = False, allow_unknown: bool = False) -> int:
     """Make every RMSNorm module of ``model`` call ``rmsnorm_kernel.rmsnorm``, in place.
 
     Args:
         model: any ``torch.nn.Module`` (a ``PreTrainedModel``, or a part of one).
+        fuse_residual: also rewire every decoder layer (class name ending in ``DecoderLayer``) to
+            add the attention output to the residual inside the post-attention norm's kernel
+            (:mod:`.fused_residual`): Llama, Mistral, Qwen2, Qwen3 and Gemma layers.
         allow_unknown: leave modules with "RMSNorm" in their class name whose math is not a
-            convention reproduced here as they are (logged), instead of raising.
+            convention reproduced here (and, with ``fuse_residual``, decoder layers that are not
+            Llama-style) as they are, logged, instead of raising.
 
     Returns:
-        How many modules were patched now (already patched ones are not counted again).
+        How many modules were patched now: norms, plus decoder layers with ``fuse_residual``
+        (already patched ones are not counted again).
 
     Raises:
         UnsupportedNormError: a module looks like an RMSNorm (class name) but its source is not
-            one of :data:`CONVENTIONS`, or its weight/eps are not what that convention reads.
-            Raised before any module is changed.
+            one of :data:`CONVENTIONS`, or its weight/eps are not what that convention reads; or
+            a decoder layer cannot be fused. Raised before any module is changed.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
-    todo: list[tuple[nn.Module, Convention]] = []
+    todo: list[tuple[nn.Module, Callable, str]] = []
     skipped: list[str] = []
+    rule_norms: set[int] = set()  # norms that are, or will be, patched with a known rule
     for path, module in model.named_modules():
-        if _is_patched(module) or not _looks_like_rmsnorm(module):
+        if not _looks_like_rmsnorm(module):
             continue
-        name = convention_of(type(module))
-        if name is None:
-            cls = type(module)
-            if allow_unknown:
-                skipped.append(f"{cls.__name__} at '{path}'")
+        if _is_patched(module):
+            rule_norms.add(id(module))
+            continue
+        convention = _norm_plan(path, module, allow_unknown)
+        if convention is None:
+            skipped.append(f"{type(module).__name__} at '{path}'")
+            continue
+        rule_norms.add(id(module))
+        todo.append((module, convention.forward, convention.name))
+    if fuse_residual:
+        for path, layer in model.named_modules():
+            if _is_patched(layer) or not type(layer).__name__.endswith("DecoderLayer"):
                 continue
-            known = FAMILIES.get(cls.__name__)
-            why = (
-                f"its source no longer matches the {known} convention this patch reproduces"
-                if known
-                else "its math is not one of the conventions this patch reproduces exactly "
-                f"({', '.join(CONVENTIONS)})"
-            )
-            raise UnsupportedNormError(
-                f"{cls.__module__}.{cls.__qualname__} at '{path}': {why}; pass "
-                "allow_unknown=True to leave such modules unpatched"
-            )
-        _check_attributes(path, module, CONVENTIONS[name])
-        todo.append((module, CONVENTIONS[name]))
-    for module, convention in todo:
-        module.__class__ = _kernel_class(type(module), convention)
+            try:
+                _check_fusable(path, layer, rule_norms)
+            except UnsupportedNormError:
+                if not allow_unknown:
+                    raise
+                skipped.append(f"{type(layer).__name__} at '{path}' (not fused)")
+                continue
+            todo.append((layer, fused_decoder_forward, "fused residual"))
+    for module, forward, what in todo:
+        module.__class__ = _kernel_class(type(module), forward, what)
     if skipped:
         log.warning("patch left %d module(s) unpatched: %s", len(skipped), "; ".join(skipped))
     return len(todo)

@@ -1,0 +1,95 @@
+"""``patch(model, fuse_residual=True)``: the post-attention add and norm in one kernel pass.
+
+Tolerances as in test_transformers_patch (fixed before the first run): float32 logits to 1e-5,
+every gradient to 1e-5 + 1e-4 relative, against the unpatched model. The sum ``residual + x`` is
+one IEEE addition whichever side computes it, so it must be bitwise equal.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_models import logits_and_grads, tiny_model, tokens
+from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel.integrations.fused_residual import add_norm
+from rmsnorm_kernel.integrations.transformers import UnsupportedNormError, patch, unpatch
+
+LOGITS_TOL = {"atol": 1e-5, "rtol": 1e-5}
+GRAD_TOL = {"atol": 1e-5, "rtol": 1e-4}
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+
+
+def layers(model) -> list[torch.nn.Module]:
+    return list(model.model.layers)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "gemma"])
+def test_fused_model_matches_unpatched(family, device):
+    model = tiny_model(family).to(device)
+    ids = tokens().to(device)
+    ref_logits, ref_grads = logits_and_grads(model, ids)
+    norms = sum("RMSNorm" in type(m).__name__ for m in model.modules())
+    decoder_classes = [type(layer) for layer in layers(model)]
+
+    assert patch(model, fuse_residual=True) == norms + len(decoder_classes)
+    assert all(type(layer).__name__.startswith("Kernel") for layer in layers(model))
+    rk.reset_calls()
+    logits, grads = logits_and_grads(model, ids)
+    # The fused call replaces the post-attention norm's: still one call per norm.
+    assert rk.CALLS == {"forward": norms, "backward": norms}
+    torch.testing.assert_close(logits, ref_logits, **LOGITS_TOL)
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], **GRAD_TOL, msg=lambda m, n=name: n + m)
+
+    assert unpatch(model) == norms + len(decoder_classes)
+    assert [type(layer) for layer in layers(model)] == decoder_classes
+
+
+@pytest.mark.parametrize("family", ["phi3", "gemma2"])
+def test_other_decoder_layers_are_refused_or_left_unfused(family):
+    model = tiny_model(family)
+    name = type(layers(model)[0]).__name__
+    with pytest.raises(UnsupportedNormError, match=rf"fuse_residual: .*{name} at 'model.layers.0'"):
+        patch(model, fuse_residual=True)
+    assert not any(type(m).__name__.startswith("Kernel") for m in model.modules())
+    norms = sum("RMSNorm" in type(m).__name__ for m in model.modules())
+    assert patch(model, fuse_residual=True, allow_unknown=True) == norms
+    assert type(layers(model)[0]).__name__ == name
+
+
+@pytest.mark.parametrize("norm_cls, centre", [(LlamaRMSNorm, 1.0), (GemmaRMSNorm, 0.0)])
+@pytest.mark.parametrize(
+    "x_dtype, res_dtype, w_dtype",
+    [
+        (F16, F16, F16),  # half model: sum rounded to fp16, then the norm's rounding rule
+        (F16, F32, F32),  # autocast: half attention output onto the fp32 residual stream
+        (F32, F32, F32),
+        pytest.param(BF16, BF16, BF16, marks=pytest.mark.gpu),
+        pytest.param(BF16, F32, F32, marks=pytest.mark.gpu),
+    ],
+)
+def test_add_norm_follows_the_layers_rule(norm_cls, centre, x_dtype, res_dtype, w_dtype, device):
+    torch.manual_seed(0)
+    norm = norm_cls(64, eps=1e-6).to(device=device, dtype=w_dtype)
+    with torch.no_grad():
+        norm.weight.normal_(centre, 0.5)
+    x = (torch.randn(256, 64, device=device) * 3).to(x_dtype)
+    residual = (torch.randn(256, 64, device=device) * 3).to(res_dtype)
+    with torch.no_grad():
+        h_ref = residual + x
+        y_ref = norm(h_ref)
+        patch(norm)
+        y, h = add_norm(norm, x, residual)
+    assert torch.equal(h, h_ref) and h.dtype == h_ref.dtype
+    assert y.dtype == y_ref.dtype
+    if h.dtype == F32:
+        torch.testing.assert_close(y, y_ref, atol=1e-6, rtol=2 * 2**-23)
+    else:
+        exact = (y == y_ref).float().mean().item()
+        assert exact >= 0.99, f"only {exact:.4f} of the outputs are bitwise equal"
+        ulp = {F16: 2**-10, BF16: 2**-7}[h.dtype]
+        torch.testing.assert_close(y, y_ref, atol=0, rtol=ulp)
