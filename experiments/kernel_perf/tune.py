@@ -183,8 +183,8 @@ def part_bwd(rows):
             record(M=m, N=n, variant="previous (2 launches)", error=repr(e)[:300])
         variants = [
             ("default", {}),
-            ("in-launch tree", dict(TREE_MAX_ELEMS=1 << 62)),
-            ("sum launch", dict(TREE_MAX_ELEMS=0)),
+            ("sum launch, float64 rows", dict(TREE_MAX_ELEMS=0, DW_FLOAT64=True)),
+            ("in-launch tree, float64 rows", dict(TREE_MAX_ELEMS=1 << 62)),
         ]
         variants += [
             (
@@ -197,8 +197,6 @@ def part_bwd(rows):
             )
             for wp, ps in alts
         ]
-        if n == 4096:
-            variants.append(("float64 row accumulation", dict(DW_FLOAT64=True)))
         for name, v in variants:
             try:
                 ms, rel = bwd_time(m, n, v)
@@ -260,44 +258,55 @@ def part_peers(rows):
 
 
 def part_acc(rows):
-    for dw64 in (True, False):
-        ops.DW_FLOAT64 = dw64
+    """float32 dweight max error vs the float64 oracle, ours and F.rms_norm's: the campaign's
+    shapes (small: in-launch tree, float64 rows) and two large ones (sum launch, float32 rows),
+    with the defaults and with float32 rows forced everywhere."""
+    configs = {
+        "default": {},
+        "float32 rows, sum launch": dict(TREE_MAX_ELEMS=0, DW_FLOAT64=False),
+    }
+    shapes = [(m, n) for m in (1, 17, 128) for n in (256, 257, 1000, 4096)]
+    shapes += [(4096, 4096), (16384, 1024)]
+    for label, settings in configs.items():
+        saved = {k: getattr(ops, k) for k in settings}
+        for k, v in settings.items():
+            setattr(ops, k, v)
         worst = 0.0
-        for m in (1, 17, 128):
-            for n in (256, 257, 1000, 4096):
-                for inputs in ("unit", "random"):
-                    torch.manual_seed(m * 7919 + n)
-                    x = torch.randn(m, n, device="cuda")
-                    w = torch.ones(n, device="cuda")
-                    if inputs == "random":
-                        w = 1 + 0.5 * torch.randn(n, device="cuda")
-                    dy = torch.randn(m, n, device="cuda")
-                    wd = w.double().requires_grad_()
-                    rk.rmsnorm_reference(x.double(), wd, EPS).backward(dy.double())
-                    errs = {}
-                    for name, f in (
-                        ("ours", lambda a, b: rk.rmsnorm(a, b, EPS)),
-                        ("torch", lambda a, b, n=n: F.rms_norm(a, (n,), b, EPS)),
-                    ):
-                        wl = w.detach().requires_grad_()
-                        (dw,) = torch.autograd.grad(f(x, wl), (wl,), dy)
-                        errs[name] = (dw.double() - wd.grad).abs().max().item()
-                    ratio = errs["ours"] / errs["torch"] if errs["torch"] > 0 else math.inf
-                    worst = max(worst, ratio)
-                    rows.append(
-                        dict(
-                            part="acc",
-                            dw_float64=dw64,
-                            M=m,
-                            N=n,
-                            inputs=inputs,
-                            ours=errs["ours"],
-                            torch=errs["torch"],
-                            ratio=ratio,
-                        )
+        for m, n in shapes:
+            for inputs in ("unit", "random"):
+                torch.manual_seed(m * 7919 + n)
+                x = torch.randn(m, n, device="cuda")
+                w = torch.ones(n, device="cuda")
+                if inputs == "random":
+                    w = 1 + 0.5 * torch.randn(n, device="cuda")
+                dy = torch.randn(m, n, device="cuda")
+                wd = w.double().requires_grad_()
+                rk.rmsnorm_reference(x.double(), wd, EPS).backward(dy.double())
+                errs = {}
+                for name, f in (
+                    ("ours", lambda a, b: rk.rmsnorm(a, b, EPS)),
+                    ("torch", lambda a, b, n=n: F.rms_norm(a, (n,), b, EPS)),
+                ):
+                    wl = w.detach().requires_grad_()
+                    (dw,) = torch.autograd.grad(f(x, wl), (wl,), dy)
+                    errs[name] = (dw.double() - wd.grad).abs().max().item()
+                ratio = errs["ours"] / errs["torch"] if errs["torch"] > 0 else math.inf
+                worst = max(worst, ratio)
+                rows.append(
+                    dict(
+                        part="acc",
+                        config=label,
+                        M=m,
+                        N=n,
+                        inputs=inputs,
+                        ours=errs["ours"],
+                        torch=errs["torch"],
+                        ratio=ratio,
                     )
-        print(json.dumps(dict(part="acc", dw_float64=dw64, worst_ratio=worst)), flush=True)
-    ops.DW_FLOAT64 = True
+                )
+        for k, v in saved.items():
+            setattr(ops, k, v)
+        print(json.dumps(dict(part="acc", config=label, worst_ratio=worst)), flush=True)
 
 
 def main():

@@ -290,8 +290,9 @@ def rmsnorm_backward_kernel(
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
-            # For 16-bit inputs dy * x is exact in float32; the product with rstd rounds once.
-            dw += ((dy * x) * rstd).to(DW_ACC)
+            # float32: for 16-bit inputs dy * x is exact, the product with rstd rounds once;
+            # float64: every term is exact up to rstd's own rounding.
+            dw += (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
     if HAS_WEIGHT:
         # Partials meet in float64: the sum adds no visible error, whatever the number of groups.
         if TREE:

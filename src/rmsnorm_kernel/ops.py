@@ -62,11 +62,11 @@ INTERPRETER_PROGRAMS = 5
 #: Budget for the dweight partials (programs x N x DW_ACC bytes): the seed's 64 MiB, independent
 #: of M because the grid is persistent.
 DW_SCRATCH_BYTES = 64 << 20
-#: dweight accumulation over one program's rows in float64 instead of float32. Off: in registers
-#: float64 costs ~1.7x the registers of the row loop at 4096-16384 columns (compile_check.py:
-#: 4096 columns at 4 warps 245 vs 148 registers), i.e. occupancy. The partials always meet in a
-#: float64 tree, and for 16-bit inputs each term rounds once, so the float32 dweight is within a
-#: few ulps of the exact sum.
+#: dweight accumulation over one program's rows in float64 for every size. Off: float64 costs
+#: ~1.5x the registers of the row loop (compile_check.py, 4096 columns at 8 warps: 126 vs 80),
+#: i.e. occupancy on large tensors. Small ones (M * N <= TREE_MAX_ELEMS, latency-bound, where a
+#: program often owns one row) accumulate in float64 anyway, so each term is exact up to rstd's
+#: rounding; everywhere the partials meet in float64.
 DW_FLOAT64 = False
 
 #: dweight finish: in the backward launch over a fixed tree (one launch: less host time, and no
@@ -326,7 +326,8 @@ def launch_backward(
     sdy = dy2.stride(0) if stride_dy is None else stride_dy
     sx = x2.stride(0) if stride_x is None else stride_x
     acc = rstd.dtype
-    dw_acc = torch.float64 if DW_FLOAT64 or acc == torch.float64 else torch.float32
+    tree = m * n <= TREE_MAX_ELEMS
+    dw_acc = torch.float64 if DW_FLOAT64 or tree or acc == torch.float64 else torch.float32
     index = _device_index(x2)
     block, one_tile, tiles, groups, rows_per_program, warps = _bwd_config(m, n, index)
     offsets = split_float(offset)
@@ -344,7 +345,6 @@ def launch_backward(
             index,
             (dy2, x2, w, sdy, sx, n),  # mean_ux: fresh
         )
-    tree = m * n <= TREE_MAX_ELEMS
     dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
     if has_w:
         device = x2.device
