@@ -128,3 +128,25 @@ def test_call_counter_counts_every_norm_layer():
 
     assert LMKernelCallCounter(calls_per_step=1, num_hidden_layers=2).calls_per_step == 5
     assert LMKernelCallCounter(calls_per_step=0, num_hidden_layers=8).calls_per_step == 0
+
+
+@pytest.mark.parametrize(
+    "experiment, hidden, layers, tokens",
+    [("llama_h200", 4096, 4, 2 * 4096), ("llama_h200_2048", 2048, 8, 8 * 2048)],
+)
+def test_llm_width_experiments_compose_to_valid_specs(experiment, hidden, layers, tokens):
+    """The GPU configs, checked without building the model (hundreds of millions of weights)."""
+    from omegaconf import OmegaConf
+
+    from rmsnorm_kernel.experiment.builders import check_spec, spec_of
+
+    cfg = compose_llama(f"experiment={experiment}", "norm=triton_fused")
+    net = OmegaConf.to_container(cfg.model.net, resolve=True)
+    builder, args = check_spec(spec_of(net))
+    assert builder.__name__ == "build_llama" and args["norm"] == "triton_fused"
+    assert (args["hidden_size"], args["num_hidden_layers"]) == (hidden, layers)
+    assert cfg.dataset.batch_size * cfg.dataset.seq_len == tokens
+    assert cfg.dataset.n_train == cfg.trainer.max_steps * cfg.dataset.batch_size
+    assert cfg.trainer.precision == "bf16-mixed"
+    assert cfg.callbacks.model_checkpoint is None
+    assert cfg.compare.baseline == "hf"
