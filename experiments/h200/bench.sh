@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Benchmarks against every peer, quack included. quack's cu13 library wheel (92 MB) exceeds what one
-# device call carries: the previous call left its first half in /root (.wq1/cu13.part.aa), this
-# call brings the second (.wq2/cu13.part.ab).
-#   bash experiments/h200/bench.sh "$OUT"
+# Benchmark against every peer (quack included), then the Llama comparison. quack's cu13 library
+# wheel (92 MB) exceeds what one device call carries: suite.sh (the previous call) left its first
+# half and the small cutlass wheels in /root/wq1; this call brings the second half in .wq2/.
+#   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
 set -u
 out=${1:?usage: bench.sh OUTDIR}
-export PYTHONUNBUFFERED=1
+bench_s=${2:-330}; llama_s=${3:-200}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 wheels=/tmp/wheels && mkdir -p $wheels
-cat /root/cu13.part.aa .wq2/cu13.part.ab > $wheels/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
-cp /root/wq1/*.whl .whl/*.whl $wheels/
+if [ -f /root/wq1/cu13.part.aa ] && [ -f .wq2/cu13.part.ab ]; then
+  cat /root/wq1/cu13.part.aa .wq2/cu13.part.ab \
+    > $wheels/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+  cp /root/wq1/*.whl $wheels/
+else
+  echo "quack's libraries missing (/root/wq1 or .wq2): quack will show as not installed"
+fi
+cp .whl/*.whl $wheels/
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src
-python3 -c "import quack, liger_kernel; print('quack', quack.__version__ if hasattr(quack, '__version__') else '?')"
-timeout 280 python3 experiments/kernel_vs_peers/bench.py --out "$out/peers.json" > "$out/peers.log" 2>&1
-echo "peers rc=$?"; tail -62 "$out/peers.log"
-timeout 200 python3 experiments/kernel_vs_peers/overhead.py > "$out/gpu_time.log" 2>&1
-echo "gpu time rc=$?"; grep -E "^---|fwd" "$out/gpu_time.log"
-timeout 250 python3 -m rmsnorm_kernel.cli benchmark > "$out/seed_benchmark.log" 2>&1
-echo "seed benchmark rc=$?"; tail -40 "$out/seed_benchmark.log"
-cp outputs/benchmark/*.json "$out/" 2>/dev/null
-ls "$out"
+python3 -c "import quack, liger_kernel; print('quack and liger import')"
+t0=$SECONDS
+timeout "$bench_s" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" > "$out/bench.log" 2>&1
+echo "bench rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+tail -80 "$out/bench.log"
+t0=$SECONDS
+LIMIT=$llama_s SWEEP=${LLAMA_SWEEP:-experiment=llama_h200} bash experiments/llama/run_h200.sh "$out/llama" > "$out/llama.log" 2>&1
+echo "llama rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+tail -30 "$out/llama.log"
