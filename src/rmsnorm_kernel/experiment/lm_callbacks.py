@@ -9,6 +9,7 @@ They record into ``self.result`` like the default callbacks, so ``metrics.json``
 
 from __future__ import annotations
 
+import gc
 import re
 import statistics
 import time
@@ -75,7 +76,8 @@ class Throughput(L.Callback):
     ``perf/peak_memory_gib`` at every step. ``result``, over the steps after ``warmup_steps``
     (kernel compilation and allocator growth happen in the first ones): ``tokens_per_s`` and
     ``step_time_ms`` (medians), ``peak_memory_gib`` (``max_memory_allocated`` since training
-    started, GPU only, else None) and ``timed_steps``.
+    started, GPU only, else None), ``start_memory_gib`` (``memory_allocated`` then: the weights)
+    and ``timed_steps``.
 
     Tokens per step are counted from the batch (``inputs.numel()``).
 
@@ -89,6 +91,7 @@ class Throughput(L.Callback):
         self.result: dict[str, Any] = {}
         self._times: list[float] = []
         self._start = 0.0
+        self._start_memory: float | None = None
 
     def _sync(self, pl_module: L.LightningModule) -> None:
         if pl_module.device.type == "cuda":
@@ -96,8 +99,14 @@ class Throughput(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._times = []
+        self._start_memory = None
         if pl_module.device.type == "cuda":
+            # Runs of a sweep share the process: free what earlier runs left before measuring,
+            # and record what is still held (this run's weights, and any leak, show up here).
+            gc.collect()
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(pl_module.device)
+            self._start_memory = torch.cuda.memory_allocated(pl_module.device) / 2**30
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._sync(pl_module)
@@ -133,5 +142,6 @@ class Throughput(L.Callback):
             "tokens_per_s": self.tokens_per_step / step,
             "step_time_ms": 1e3 * step,
             "peak_memory_gib": peak,
+            "start_memory_gib": self._start_memory,
             "timed_steps": len(timed),
         }

@@ -3,7 +3,7 @@
 Reads the runs the sweep comparison reads (``compare.load``) and groups them the same way
 (``compare.checks.group_runs``: by every swept override except ``norm``). Per branch:
 
-    tokens_per_s, step_time_ms, peak_memory_gib    as the Throughput callback recorded them
+    tokens_per_s, step_time_ms, peak_memory_gib, start_memory_gib   as Throughput recorded them
     speed_ratio   = tokens_per_s(branch) / tokens_per_s(baseline)
     memory_ratio  = peak_memory_gib(branch) / peak_memory_gib(baseline)    (GPU only)
     max |delta curve|  over the steps both logged        <= compare.curve_tolerance
@@ -28,7 +28,7 @@ from .compare.checks import describe, group_runs
 from .compare.load import ComparisonError, Run, find_runs, load_run
 
 REPORT_FILE = "lm_comparison.json"
-PERF = ("tokens_per_s", "step_time_ms", "peak_memory_gib")
+PERF = ("tokens_per_s", "step_time_ms", "peak_memory_gib", "start_memory_gib")
 
 
 def _ratio(value: Any, base: Any) -> float | None:
@@ -104,20 +104,21 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def format_report(result: dict) -> str:
-    """One row per (group, branch): tokens/s, step time, peak memory, ratios, curve delta."""
+    """One row per (group, branch): tokens/s, step time, memory, ratios, curve delta."""
     base, curve = result["baseline"], result["curve"]
     width = max([5, *(len(describe(g["overrides"])) for g in result["groups"])])
     head = (
-        f"{'group':<{width}} {'branch':<10} {'tokens/s':>10} {'step ms':>9} {'peak GiB':>9} "
-        f"{'speed/' + base:>10} {'mem/' + base:>9} {'max |Δ ' + curve + '|':>20}"
+        f"{'group':<{width}} {'branch':<12} {'tokens/s':>10} {'step ms':>9} {'start GiB':>9} "
+        f"{'peak GiB':>9} {'speed/' + base:>10} {'mem/' + base:>9} {'max |Δ ' + curve + '|':>20}"
     )
     lines = [head, "-" * len(head)]
     for group in result["groups"]:
         name = describe(group["overrides"])
         for branch, b in group["branches"].items():
             lines.append(
-                f"{name:<{width}} {branch:<10} {_fmt(b['tokens_per_s'], '.0f'):>10} "
-                f"{_fmt(b['step_time_ms'], '.1f'):>9} {_fmt(b['peak_memory_gib'], '.2f'):>9} "
+                f"{name:<{width}} {branch:<12} {_fmt(b['tokens_per_s'], '.0f'):>10} "
+                f"{_fmt(b['step_time_ms'], '.1f'):>9} {_fmt(b['start_memory_gib'], '.2f'):>9} "
+                f"{_fmt(b['peak_memory_gib'], '.2f'):>9} "
                 f"{_fmt(b['speed_ratio'], '.3f'):>10} {_fmt(b['memory_ratio'], '.3f'):>9} "
                 f"{_fmt(b.get('max_curve_delta'), '.2e'):>20}"
             )
