@@ -148,5 +148,5 @@ def test_llm_width_experiments_compose_to_valid_specs(experiment, hidden, layers
     assert cfg.dataset.batch_size * cfg.dataset.seq_len == tokens
     assert cfg.dataset.n_train == cfg.trainer.max_steps * cfg.dataset.batch_size
     assert cfg.trainer.precision == "bf16-mixed"
-    assert cfg.callbacks.model_checkpoint is None
+    assert cfg.callbacks.model_checkpoint is None and cfg.callbacks.save_on_interrupt is None
     assert cfg.compare.baseline == "hf"
