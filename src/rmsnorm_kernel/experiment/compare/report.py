@@ -79,17 +79,21 @@ def _fmt(value: Any, spec: str) -> str:
 def format_table(result: dict[str, Any]) -> str:
     """One row per (group, branch); then the across-seed summary when seeds were swept."""
     base, metric = result["baseline"], result["metric"]
-    group_width = max([5, *(len(describe(g["overrides"])) for g in result["groups"])])
+    # One group of every run (nothing but norm swept, as `make train`): no group column.
+    grouped = any(g["overrides"] for g in result["groups"])
+    names = [describe(g["overrides"]) if grouped else "" for g in result["groups"]]
+    width = max(len(n) for n in [*names, "group" if grouped else ""])
+    first = f"{'group':<{width}} " if grouped else ""
     head = (
-        f"{'group':<{group_width}} {'branch':<10} {metric:>12} {'Δ vs ' + base:>14} {'fwd':>5} "
+        f"{first}{'branch':<10} {metric:>12} {'Δ vs ' + base:>14} {'fwd':>5} "
         f"{'bwd':>5} {'reload':>7} {'init out':>9} {'init grad':>9}"
     )
     lines = [head, "-" * len(head)]
-    for group in result["groups"]:
-        name = describe(group["overrides"])
+    for name, group in zip(names, result["groups"], strict=True):
+        lead = f"{name:<{width}} " if grouped else ""
         for branch, b in group["branches"].items():
             lines.append(
-                f"{name:<{group_width}} {branch:<10} {_fmt(b[metric], '.8f'):>12} "
+                f"{lead}{branch:<10} {_fmt(b[metric], '.8f'):>12} "
                 f"{_fmt(b.get('delta'), '+.2e'):>14} {_fmt(b.get('forward_calls'), 'd'):>5} "
                 f"{_fmt(b.get('backward_calls'), 'd'):>5} "
                 f"{_fmt(b.get('reload_max_diff'), '.0e'):>7} "
