@@ -58,6 +58,13 @@ class ResumableBatches:
     so ``RandomSampler`` never computes its trailing empty slice), so the batches are the ones the
     plain shuffled loader served before, and earlier results still hold.
 
+    Under DDP (``num_replicas`` processes) every rank draws the same order and takes its share
+    of each step's ``batch_size * num_replicas`` rows: rank ``r`` gets rows ``r * batch_size`` to
+    ``(r + 1) * batch_size`` of the step's slice. The ranks' batches together are exactly the
+    batch one process with ``batch_size * num_replicas`` draws at that step, so 2 processes x 16
+    train on the same examples as 1 x 32. ``num_replicas`` and ``rank`` default to the default
+    process group's (1 and 0 without one), as ``DistributedSampler``'s do.
+
     Lightning saves :meth:`state_dict` in its checkpoints (it does so for any train loader with
     ``state_dict``/``load_state_dict``) and restores it on resume: the generator state at the
     start of the current epoch plus the number of batches already trained in it, counted as
@@ -73,9 +80,21 @@ class ResumableBatches:
         batch_size: int,
         shuffle_seed: int,
         steps_done: Callable[[], int] = lambda: 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
     ) -> None:
         self.x, self.y = x, y
         self.batch_size = int(batch_size)
+        default_replicas, default_rank = process_group()
+        self.num_replicas = default_replicas if num_replicas is None else int(num_replicas)
+        self.rank = default_rank if rank is None else int(rank)
+        if not 0 <= self.rank < self.num_replicas:
+            raise ValueError(f"rank must be in [0, {self.num_replicas}) (got {self.rank})")
+        if len(self) == 0:
+            raise ValueError(
+                f"{len(x)} training rows make no step of batch_size {self.batch_size} x "
+                f"{self.num_replicas} processes"
+            )
         self.generator = torch.Generator().manual_seed(int(shuffle_seed))
         self.steps_done = steps_done
         self._epoch_rng_state = self.generator.get_state()
@@ -83,17 +102,19 @@ class ResumableBatches:
         self._skip = 0  # batches of the current epoch already trained (set by load_state_dict)
 
     def __len__(self) -> int:
-        return len(self.x) // self.batch_size
+        return len(self.x) // (self.batch_size * self.num_replicas)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.x)
+        step_rows = self.batch_size * self.num_replicas  # the step's batch over all ranks
+        mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
         self._epoch_rng_state = self.generator.get_state()
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)  # the iterator's seed
         order = torch.randperm(n, generator=self.generator)  # (n,) this epoch's order
         skip, self._skip = self._skip, 0
         self._epoch_start_step = self.steps_done() - skip
         for b in range(skip, len(self)):
-            idx = order[b * self.batch_size : (b + 1) * self.batch_size]
+            idx = order[b * step_rows : (b + 1) * step_rows][mine]
             yield self.x[idx], self.y[idx]
 
     def state_dict(self) -> dict[str, Any]:
@@ -112,13 +133,40 @@ class ResumableBatches:
             )
 
 
+def process_group() -> tuple[int, int]:
+    """``(world size, rank)`` of the default process group; ``(1, 0)`` without one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size(), torch.distributed.get_rank()
+    return 1, 0
+
+
+def eval_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> DataLoader:
+    """Unshuffled ``(x, y)`` batches; under DDP this rank's rows only (``rank::world``), each
+    row on exactly one rank, none repeated.
+
+    Lightning's own distributed sampler would pad the split to a multiple of the world size,
+    counting some rows twice in a split-wide metric; it leaves a loader alone whose sampler is
+    already distributed, as this one is.
+    """
+    dataset = TensorDataset(x, y)
+    world, rank = process_group()
+    if world == 1:
+        return DataLoader(dataset, batch_size=batch_size)
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    sampler = UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
 class SyntheticDataModule(L.LightningDataModule):
     """Serves :func:`make_splits` as ``(x (B, in) float32, y (B, out) float32)`` batches.
 
     Training batches come from :class:`ResumableBatches`, shuffled by ``shuffle_seed`` (the run
     seed), so every branch of a sweep sees the same batches in the same order, every step has
     exactly ``batch_size`` examples, and a run resumed from a Lightning checkpoint continues with
-    the batch it stopped before. Val and test are served unshuffled.
+    the batch it stopped before. Val and test are served unshuffled. Under DDP ``batch_size`` is
+    per process (the step trains on ``batch_size x processes`` rows) and each process evaluates
+    its own share of val and test.
     """
 
     def __init__(
@@ -157,9 +205,7 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def _eval_loader(self, split: str) -> DataLoader:
         self.setup()
-        return DataLoader(
-            TensorDataset(*self.splits[split]), batch_size=self.hparams.eval_batch_size
-        )
+        return eval_loader(*self.splits[split], self.hparams.eval_batch_size)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader("val")

@@ -39,7 +39,10 @@ class RegressionModule(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x), y)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        # Under DDP each rank holds an equal share of the step's batch: the mean of the ranks'
+        # losses (sync_dist) is the loss of the whole batch, the curve one process would log.
+        # Without DDP, sync_dist does nothing.
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, sync_dist=True)
         return loss
 
     def _accumulate(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
@@ -49,10 +52,16 @@ class RegressionModule(L.LightningModule):
         self._count += err.numel()
 
     def _flush(self, name: str) -> None:
+        # Under DDP each rank saw its own rows of the split: sum the squared errors and counts
+        # over ranks (a mean of rank means would weight unequal shares wrongly). Without DDP the
+        # strategy's reduce returns its input.
+        totals = torch.stack([self._sse, torch.tensor(float(self._count)).to(self._sse)])
+        sse, count = self.trainer.strategy.reduce(totals, reduce_op="sum")
         # Logged in float64: branches that differ by float32 roundoff still show a non-zero
-        # delta test MSE (TensorBoard itself stores float32).
-        mse = self._sse / max(self._count, 1)
-        self.log(name, mse, on_step=False, on_epoch=True, prog_bar=True)
+        # delta test MSE (TensorBoard itself stores float32). Every rank now holds the same
+        # value, so sync_dist's mean returns it (exactly for 2, 4 or 8 ranks: sum then halve).
+        mse = sse / count.clamp_min(1)
+        self.log(name, mse, on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
         self._sse = torch.zeros((), dtype=torch.float64)
         self._count = 0
 

@@ -1,0 +1,179 @@
+"""``trainer=ddp`` on CPU (gloo, 2 processes): 2 x batch 16 trains like 1 x batch 32.
+
+For both norm branches, the DDP runs (a ``--multirun`` through ``python -m rmsnorm_kernel.train``
+and one ``train(cfg)`` call) are compared with one-process runs of the same config at batch 32:
+the train/loss and val/loss curves, test/mse and the exported weights. Under DDP the checks still
+hold: kernel calls counted per rank, one export and one index entry per run (rank 0), test/mse
+reduced over both ranks, one metrics.json, and the sweep comparison passes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from experiment_helpers import ENV, SMALL, compose_cfg, run
+from safetensors.torch import load_file
+
+from rmsnorm_kernel.experiment.callbacks import CheckFailed
+from rmsnorm_kernel.experiment.compare.load import read_curves
+from rmsnorm_kernel.experiment.data import ResumableBatches
+from rmsnorm_kernel.experiment.run import train
+
+# Fixed before any DDP result was looked at. Both sides see the same rows at every step and
+# average the same gradients; what differs is only the order of float32 sums: the loss is the
+# mean of two 16-row means instead of one 32-row mean, the gradient the mean of two 16-row sums.
+# That moves O(1) values by a few float32 ulps (1.2e-7) per step; 1e-5 (the project's float32
+# atol) leaves room for a few steps of that. A wrong shard (ranks repeating or missing rows) moves
+# the loss by the batch-to-batch spread (~1e-1) and a gradient summed instead of averaged doubles
+# every SGD step; both are orders of magnitude above it.
+LOSS_TOLERANCE = 1e-5  # max |delta train/loss| and |delta val/loss| at any logged step
+TEST_MSE_TOLERANCE = 1e-5  # |delta test/mse|
+WEIGHT_TOLERANCE = 1e-5  # max |delta| of any exported weight after training
+
+STEPS = 6
+DDP = ("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "dataset.batch_size=16")
+COMMON = (
+    f"trainer.max_steps={STEPS}",
+    "trainer.val_check_interval=3",
+    # 63 test rows: the ranks hold 32 and 31, so a mean of the ranks' means would be wrong.
+    "dataset.n_test=63",
+    # Plain SGD: its step is proportional to the gradient, so a sum across ranks where an
+    # average belongs would show; Adam divides the scale out and would hide it.
+    "model.optimizer._target_=torch.optim.SGD",
+    "model.optimizer.lr=0.1",
+)
+NORMS = ("reference", "triton")
+
+
+def _curve(metrics: dict, tag: str) -> dict[int, float]:
+    steps, values = read_curves(Path(metrics["log_dir"]))[tag]
+    return dict(zip(steps, values, strict=True))
+
+
+def _max_curve_diff(a: dict, b: dict, tag: str) -> float:
+    ca, cb = _curve(a, tag), _curve(b, tag)
+    assert ca.keys() == cb.keys() and ca, (tag, sorted(ca), sorted(cb))
+    return max(abs(ca[s] - cb[s]) for s in ca)
+
+
+def _max_weight_diff(a: dict, b: dict) -> float:
+    ta, tb = load_file(a["checkpoint"]), load_file(b["checkpoint"])
+    keys = [k for k in ta if not k.startswith("test")]  # weights, not stored test data
+    assert keys and set(keys) <= set(tb)
+    return max(float((ta[k] - tb[k]).abs().max()) for k in keys)
+
+
+def test_ranks_split_each_step_batch_without_overlap():
+    x = torch.arange(64.0).unsqueeze(1)  # row i holds the value i
+    one = list(ResumableBatches(x, x, batch_size=32, shuffle_seed=3, num_replicas=1, rank=0))
+    ranks = [
+        list(ResumableBatches(x, x, batch_size=16, shuffle_seed=3, num_replicas=2, rank=r))
+        for r in (0, 1)
+    ]
+    assert len(one) == len(ranks[0]) == len(ranks[1]) == 2
+    for step, (bx, _) in enumerate(one):
+        union = torch.cat([ranks[0][step][0], ranks[1][step][0]])
+        assert torch.equal(union, bx)  # the same rows, in the same order
+
+
+def test_cpu_ddp_needs_a_process_count_before_any_output(tmp_path):
+    cfg = compose_cfg(["trainer=ddp", "trainer.accelerator=cpu"], tmp_path)
+    with pytest.raises(ValueError, match="trainer.devices"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict[str, dict]:
+    """One process, batch 32, each branch."""
+    root = tmp_path_factory.mktemp("single")
+    return {n: run(root / n, f"norm={n}", *COMMON) for n in NORMS}
+
+
+@pytest.fixture(scope="module")
+def ddp_sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m rmsnorm_kernel.train --multirun trainer=ddp ... norm=reference,triton``."""
+    root = tmp_path_factory.mktemp("ddp_sweep")
+    cmd = [
+        sys.executable,
+        "-m",
+        "rmsnorm_kernel.train",
+        "--multirun",
+        *SMALL,
+        *COMMON,
+        *DDP,
+        f"norm={','.join(NORMS)}",
+        f"hydra.sweep.dir={root / 'sweep'}",
+        f"paths.checkpoint_dir={root / 'ckpt'}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=root, env=ENV)
+    return proc, root
+
+
+def _sweep_runs(root: Path) -> dict[str, dict]:
+    runs = {}
+    for path in sorted((root / "sweep").glob("*/metrics.json")):
+        metrics = json.loads(path.read_text())
+        runs[metrics["norm"]] = metrics
+    return runs
+
+
+def test_ddp_sweep_runs_every_check_once_and_compares(ddp_sweep):
+    proc, root = ddp_sweep
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.strip().splitlines()
+    comparison = json.loads(Path(lines[-1]).read_text())
+    assert comparison["passed"] and set(comparison["groups"][0]["branches"]) == set(NORMS)
+    runs = _sweep_runs(root)
+    assert set(runs) == set(NORMS)
+    for norm, metrics in runs.items():
+        calls = STEPS if norm == "triton" else 0
+        assert metrics["world_size"] == 2 and metrics["train_steps"] == STEPS
+        # each rank ran every step through its own kernel wrapper (or never, for reference)
+        assert metrics["forward_calls_per_rank"] == [calls, calls]
+        assert metrics["backward_calls_per_rank"] == [calls, calls]
+        assert metrics["reload_max_diff"] == 0.0
+        assert (Path(metrics["output_dir"]) / "initial_probe.safetensors").is_file()
+    # one export per run, written and indexed by rank 0 only
+    index = json.loads((root / "ckpt" / "index.json").read_text())["files"]
+    assert sorted(index) == sorted(Path(m["checkpoint"]).name for m in runs.values())
+    assert sorted(p.name for p in (root / "ckpt").glob("*.safetensors")) == sorted(index)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_two_processes_of_16_train_like_one_of_32(norm, ddp_sweep, single):
+    proc, root = ddp_sweep
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ddp, one = _sweep_runs(root)[norm], single[norm]
+    assert one["world_size"] == 1 and ddp["world_size"] == 2
+    assert _max_curve_diff(ddp, one, "train/loss") <= LOSS_TOLERANCE
+    assert _max_curve_diff(ddp, one, "val/loss") <= LOSS_TOLERANCE
+    assert abs(ddp["test/mse"] - one["test/mse"]) <= TEST_MSE_TOLERANCE
+    assert _max_weight_diff(ddp, one) <= WEIGHT_TOLERANCE
+
+
+def test_train_cfg_starts_the_processes_itself(ddp_sweep, tmp_path):
+    """The same DDP config through ``train(cfg)`` (as tests and notebooks call it) ends bitwise
+    where the command line's run ended."""
+    proc, root = ddp_sweep
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = run(tmp_path, "norm=triton", *COMMON, *DDP)
+    assert metrics["world_size"] == 2 and metrics["forward_calls_per_rank"] == [STEPS, STEPS]
+    on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert on_disk["test/mse"] == metrics["test/mse"]
+    cli = _sweep_runs(root)["triton"]
+    assert metrics["test/mse"] == cli["test/mse"]
+    assert _max_weight_diff(metrics, cli) == 0.0
+
+
+def test_a_failed_check_in_the_children_fails_train_with_its_type(tmp_path):
+    # The triton branch makes 1 call per step; asking for 2 must fail the kernel-call check in
+    # every rank, and the parent raises the check's own error type.
+    with pytest.raises(CheckFailed, match="kernel calls"):
+        run(tmp_path, "norm=triton", "norm.calls_per_step=2", "trainer.max_steps=1", *DDP)
+    assert not (tmp_path / "run" / "metrics.json").exists()
