@@ -183,7 +183,7 @@ def part_bwd(rows):
             record(M=m, N=n, variant="previous (2 launches)", error=repr(e)[:300])
         variants = [
             ("default", {}),
-            ("sum launch, float64 rows", dict(TREE_MAX_ELEMS=0, DW_FLOAT64=True)),
+            ("sum launch, float64 rows", dict(TREE_MAX_ELEMS=0, TREE_ALWAYS_N=0, DW_FLOAT64=True)),
             ("in-launch tree, float64 rows", dict(TREE_MAX_ELEMS=1 << 62)),
         ]
         variants += [
@@ -263,7 +263,7 @@ def part_acc(rows):
     with the defaults and with float32 rows forced everywhere."""
     configs = {
         "default": {},
-        "float32 rows, sum launch": dict(TREE_MAX_ELEMS=0, DW_FLOAT64=False),
+        "float32 rows, sum launch": dict(TREE_MAX_ELEMS=0, TREE_ALWAYS_N=0, DW_FLOAT64=False),
     }
     shapes = [(m, n) for m in (1, 17, 128) for n in (256, 257, 1000, 4096)]
     shapes += [(4096, 4096), (16384, 1024)]

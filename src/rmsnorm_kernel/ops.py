@@ -50,11 +50,14 @@ BWD_TILE_WARPS = 16
 #: slower than none (bf16, 64M elements: 8192 columns 159.5 vs 135.8 us, 16384: 198.4 vs 154.9),
 #: so loads are not pipelined; latency is hidden by programs in flight instead.
 BWD_STAGES = 1
-#: Backward persistent grid: programs per SM. Short rows need more programs in flight to keep
-#: memory busy: on the H200 (tune.py --programs-per-sm, bf16, 1.5 GB moved) the best was 8 per SM
-#: at 1024 columns (456 us vs 948 us with 2), 4 at 2048, and 2 from 4096 up, i.e. ~8192 / BLOCK.
+#: Backward persistent grid: programs per SM, by row block. Short rows need more programs in
+#: flight to keep memory busy: on the H200 (bf16, ~1.5 GB moved, the previous kernel) 8 per SM at
+#: 1024 columns took 456 us vs 948 us with 2, and 4 was best at 2048. For the current kernel
+#: (kernel_perf/tune.py, bf16, 64M elements): 3 at 4096 columns (8 warps) 130.2 us vs 141.1 with
+#: 2; 1 at 8192 (16 warps) 144.1 vs 149.0 with 2; 1 at 16384 (16 warps) 135.3 vs 147.1 with 2.
 #: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
-MIN_PROGRAMS_PER_SM = 2
+PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 3}  # wider blocks: 1; narrower: 8
+MIN_PROGRAMS_PER_SM = 1
 MAX_PROGRAMS_PER_SM = 8
 #: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials
 #: and an odd-sized dweight tree (a node without a sibling).
@@ -70,10 +73,13 @@ DW_SCRATCH_BYTES = 64 << 20
 DW_FLOAT64 = False
 
 #: dweight finish: in the backward launch over a fixed tree (one launch: less host time, and no
-#: launch gap) up to this many elements (M * N); above, a second launch sums the partials
-#: (dweight_sum_kernel), because the tree's last program climbs ~log2(programs) levels one after
-#: another (an atomic and an L2 round trip each), a tail the large tensors' second launch hides.
+#: launch gap) up to this many elements (M * N), or for rows up to TREE_ALWAYS_N wide; otherwise a
+#: second launch sums the partials (dweight_sum_kernel). The tree's last program climbs
+#: ~log2(programs) levels one after another (an atomic and an L2 round trip each), each level
+#: moving N partials: on the H200 (bf16, 64M elements) the tree took 135.8 us at 1024 columns vs
+#: 157.7 us with the sum launch, but 159.5 vs 141.2 at 4096 and 194.1 vs 148.9 at 8192.
 TREE_MAX_ELEMS = 1 << 22
+TREE_ALWAYS_N = 1024
 #: dweight_sum_kernel tile: BLOCK_G x BLOCK_N float64 partials per step (32 x 128 = 32 KiB).
 SUM_BLOCK_G = 32
 SUM_BLOCK_N = 128
@@ -161,7 +167,8 @@ def _bwd_config(m: int, n: int, device_index: int | None):
     if device_index is None:
         groups = INTERPRETER_PROGRAMS  # per column tile, so CPU tests cover tiles x a tree
     else:
-        per_sm = max(MIN_PROGRAMS_PER_SM, min(MAX_PROGRAMS_PER_SM, 8192 // block))
+        per_sm = PROGRAMS_PER_SM.get(block, 8 if block < 1024 else 1)
+        per_sm = max(MIN_PROGRAMS_PER_SM, min(MAX_PROGRAMS_PER_SM, per_sm))
         groups = _sm_count(device_index) * per_sm // tiles
     budget = max(1, DW_SCRATCH_BYTES // (n * 8))  # float64 partials
     groups = max(1, min(m, groups, budget))
@@ -326,7 +333,7 @@ def launch_backward(
     sdy = dy2.stride(0) if stride_dy is None else stride_dy
     sx = x2.stride(0) if stride_x is None else stride_x
     acc = rstd.dtype
-    tree = m * n <= TREE_MAX_ELEMS
+    tree = m * n <= TREE_MAX_ELEMS or n <= TREE_ALWAYS_N
     dw_acc = torch.float64 if DW_FLOAT64 or tree or acc == torch.float64 else torch.float32
     index = _device_index(x2)
     block, one_tile, tiles, groups, rows_per_program, warps = _bwd_config(m, n, index)

@@ -136,9 +136,10 @@ def test_cached_launches_run_and_stay_correct():
     [(1, 4096), (7, 1000), (4097, 257), (100_000, 128), (3000, 8192), (600, 32768), (50, 65537)],
 )
 def test_dweight_tree_bitwise_repeatable_and_bounded(m, n):
-    """Both dweight finishes (the in-launch tree up to ops.TREE_MAX_ELEMS, here 1 x 4096 to
-    50 x 65537; the sum launch above): same bits on every run, and within the error bound of the
-    exact sum (a lost or doubled partial, or a race, breaks one or the other).
+    """Both dweight finishes (the in-launch tree up to ops.TREE_MAX_ELEMS elements or
+    ops.TREE_ALWAYS_N columns: 1 x 4096 to 100000 x 128 here; the sum launch for the rest): same
+    bits on every run, and within the error bound of the exact sum (a lost or doubled partial, or
+    a race, breaks one or the other).
 
     Bound, u = 2**-24: each term dy*x*r carries r's float32 error (the pairwise sum of squares,
     <= log2(N) u, halved by the square root, plus ~4 u for sqrt and division); the float64 sum

@@ -90,6 +90,7 @@ def test_both_dweight_finishes(m, n, tree_max, device, monkeypatch):
     from rmsnorm_kernel import ops
 
     monkeypatch.setattr(ops, "TREE_MAX_ELEMS", tree_max)
+    monkeypatch.setattr(ops, "TREE_ALWAYS_N", 0 if tree_max == 0 else ops.TREE_ALWAYS_N)
     x = torch.randn(m, n, device=device)
     w = torch.randn(n, device=device, requires_grad=True)
     dy = torch.randn(m, n, device=device)
