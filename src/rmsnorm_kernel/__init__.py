@@ -6,7 +6,8 @@ Kernel layer (imports only torch and triton)::
     reference the float64-capable oracle (the seed's ``rmsnorm_reference``, ``manual_backward``)
     contract  every rule the kernels rely on, checked before any output exists
     kernels   the @triton.jit functions
-    ops       launchers (block sizes, warps, grids)
+    launch    cached compiled-kernel handles: a launch skips JITFunction.run after the first
+    ops       launchers (block sizes, warps, grids, allocations), the launch-geometry constants
     function  autograd.Function, torch.library ops, ``rmsnorm()``, ``CALLS``
     module    ``RMSNorm`` / ``rms_norm``, drop-ins for ``torch.nn.RMSNorm`` / ``F.rms_norm``
 """

@@ -15,7 +15,7 @@ from torch.autograd.function import once_differentiable
 from . import ops
 from .contract import check_contract
 
-#: Passes through the wrapper (not GPU launches: one backward launches two kernels).
+#: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
 CALLS = {"forward": 0, "backward": 0}
 
 _DOUBLE_BACKWARD = (

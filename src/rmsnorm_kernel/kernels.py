@@ -1,5 +1,6 @@
 """The Triton kernels, and nothing else: forward (one row or several rows per program), backward
-(dx and dweight in one launch), and the row reduction that wide backward rows need first.
+(dx, and dweight finished in the same launch or by a second, fixed-order sum launch), and the row
+reduction that wide backward rows need first.
 
 Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 outputs)::
 
@@ -7,7 +8,7 @@ Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 out
     y  = x * r * (offset + w)
     u  = dy * (offset + w)
     dx = (u - x * r*r * sum(u*x) / N) * r  (+ dh, the gradient of the returned x + residual)
-    dw = sum over rows of dy * x * r        # per-program partials, then a fixed float64 tree
+    dw = sum over rows of dy * x * r        # per-program partials, then a fixed float64 sum
 
 Every program follows the tutorial's rhythm: program id -> column offsets -> mask -> pointers ->
 load as ACC -> reduce -> store. Row offsets are int64 so tensors over 2**31 elements are addressed
@@ -16,7 +17,8 @@ correctly.
 Determinism: the only atomics are integer counters that decide WHICH program adds two dweight
 partials, never the ORDER of float additions. The partials are summed over a fixed binary tree
 (node k = left child + right child; float addition is commutative, so who adds gives the same
-bits), hence dweight is bitwise reproducible whatever the scheduling.
+bits) or, in the second launch, column by column in row order; either way dweight is bitwise
+reproducible whatever the scheduling.
 """
 
 from __future__ import annotations

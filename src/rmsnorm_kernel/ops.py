@@ -1,7 +1,10 @@
 """Python launchers: view rows, allocate outputs, pick block sizes / warps / grid, launch.
 
-Public launchers take the user's tensors (``[..., N]``); the leading dims are flattened into rows
-without a copy whenever the last dim is contiguous and the leading dims share one row stride.
+Launchers take rows: ``(M, N)`` tensors, or any contiguous ``[..., N]`` with its row stride (no
+view: views cost microseconds of host time); leading dims are flattened without a copy whenever
+the last dim is contiguous and they share one row stride. Every launch goes through
+:class:`launch.CachedKernel` (the compiled handle, after the first launch of a specialisation).
+Each heuristic constant below says what was measured to choose it.
 """
 
 from __future__ import annotations
