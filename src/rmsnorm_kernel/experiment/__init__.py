@@ -16,7 +16,9 @@ Imports the kernel layer (``rmsnorm_kernel``), never the reverse, and never the 
     callbacks   the run's checks: kernel calls, first-batch probe, export, test metric; and
                 last.ckpt on Ctrl-C/SIGTERM
     progress    the progress bar: steps against the step budget
+    launch      trainer=ddp: one process per device, started by train(cfg) (keeps Hydra's dirs)
     run         train(cfg) -> metrics
     compare/    the cross-branch verdict of a sweep (Hydra on_multirun_end): load, checks, plots
     reload      check_checkpoints and `python -m rmsnorm_kernel.experiment.reload`
+    equivalence a DDP run against one process of the same branch (curves, metric, weights)
 """
