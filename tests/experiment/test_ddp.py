@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 from experiment_helpers import ENV, SMALL, compose_cfg, run
+from hydra import compose, initialize_config_dir
 
 from rmsnorm_kernel.experiment.callbacks import CheckFailed
 from rmsnorm_kernel.experiment.data import ResumableBatches
 from rmsnorm_kernel.experiment.equivalence import TOLERANCES, compare_runs
 from rmsnorm_kernel.experiment.equivalence import main as equivalence_main
+from rmsnorm_kernel.experiment.launch import processes_to_start
+from rmsnorm_kernel.experiment.paths import config_dir
 from rmsnorm_kernel.experiment.run import train
 
 # The tolerances (float32 reduction order only) are fixed in experiment/equivalence.py.
@@ -59,6 +62,40 @@ def test_cpu_ddp_needs_a_process_count_before_any_output(tmp_path):
     with pytest.raises(ValueError, match="trainer.devices"):
         train(cfg)
     assert not (tmp_path / "run").exists()
+
+
+def test_processes_started_here_only_without_a_cluster(monkeypatch):
+    trainer = compose_cfg(["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=3"]).trainer
+    for name in ("LOCAL_RANK", "SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert processes_to_start(trainer) == 3
+    assert processes_to_start(compose_cfg(["trainer.devices=1"]).trainer) == 1  # no DDP
+    with monkeypatch.context() as m:  # srun started one task per device: train where we are
+        m.setenv("SLURM_NTASKS", "3")
+        m.setenv("SLURM_JOB_NAME", "train")
+        assert processes_to_start(trainer) == 1
+    with monkeypatch.context() as m:  # a child of spawn() (or torchrun)
+        m.setenv("LOCAL_RANK", "1")
+        assert processes_to_start(trainer) == 1
+    trainer.num_nodes = 2
+    with pytest.raises(ValueError, match="trainer.num_nodes"):
+        processes_to_start(trainer)
+
+
+def test_slurm_launcher_composes_with_ddp():
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "trainer=ddp",
+                "hydra/launcher=slurm",
+                "hydra.launcher.gpus_per_node=2",
+                "hydra.launcher.tasks_per_node=2",
+            ],
+            return_hydra_config=True,
+        )
+    assert cfg.trainer.strategy == "ddp" and cfg.trainer.devices == -1
+    assert cfg.hydra.launcher.gpus_per_node == cfg.hydra.launcher.tasks_per_node == 2
 
 
 @pytest.fixture(scope="module")
