@@ -13,6 +13,7 @@ from cli_helpers import read_json, run_cli
 from omegaconf import OmegaConf
 from rich.console import Console
 
+import rmsnorm_kernel as rk
 from rmsnorm_kernel.cli.bench import peers
 from rmsnorm_kernel.cli.bench.compare import rank, traffic_bytes
 from rmsnorm_kernel.cli.bench.run import run_bench
@@ -21,6 +22,11 @@ from rmsnorm_kernel.cli.main import compose
 from rmsnorm_kernel.reference import rmsnorm_reference
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the no-GPU refusal")
+# These run our kernels on CPU tensors with stand-in timers: only Triton's interpreter takes CPU
+# tensors (compiled kernels refuse them by contract); on a GPU machine test_bench_on_gpu runs it.
+needs_interpreter = pytest.mark.skipif(
+    rk.BACKEND != "interpreter", reason="runs the kernels on CPU tensors (Triton's interpreter)"
+)
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -119,6 +125,7 @@ def test_ratio_to_best_peer_skips_ours_and_peers_that_did_not_run():
     assert rank({"ours": {"status": "ok", "us": 1.0}}, "ours", "us") == (None, None, {})
 
 
+@needs_interpreter
 def test_peers_compute_the_same_function_on_cpu():
     """Every peer installed here (not compile: CPU Inductor is slow) matches the float64 oracle
     within the campaign's float32 tolerance, forward and input gradient."""
@@ -147,6 +154,7 @@ def test_peers_compute_the_same_function_on_cpu():
         peers.build(["ours", "nope"], 1e-6)
 
 
+@needs_interpreter
 def test_whole_run_with_cpu_timers(tmp_path):
     code, text = _run(_small(tmp_path))
     assert code == 0, text
@@ -198,6 +206,7 @@ def _flaky(limit: int):
     return build
 
 
+@needs_interpreter
 def test_a_failing_peer_is_a_cell_not_a_crash(tmp_path, monkeypatch):
     peer = peers.Peer("flaky", "flaky", "torch", None, _flaky(100), "fails on N > 100")
     monkeypatch.setitem(peers.PEERS, "flaky", peer)
