@@ -3,7 +3,7 @@
 Kernel layer (imports only torch and triton)::
 
     backend   choose compiled CUDA or Triton's interpreter (before any kernel is defined)
-    reference the float64-capable oracle (the seed's ``rmsnorm_reference``, ``manual_backward``)
+    reference the float64-capable oracle (the tutorial's ``rmsnorm_reference``, ``manual_backward``)
     contract  every rule the kernels rely on, checked before any output exists
     kernels   the @triton.jit functions
     launch    cached compiled-kernel handles: a launch skips JITFunction.run after the first
@@ -15,7 +15,7 @@ Kernel layer (imports only torch and triton)::
 from .backend import BACKEND  # first: sets TRITON_INTERPRET before kernels are decorated
 from .contract import (
     MAX_N,
-    SEED_MAX_N,
+    TUTORIAL_MAX_N,
     SUPPORTED_DTYPES,
     ContractTypeError,
     ContractValueError,
@@ -33,7 +33,7 @@ __all__ = [
     "ContractTypeError",
     "ContractValueError",
     "MAX_N",
-    "SEED_MAX_N",
+    "TUTORIAL_MAX_N",
     "SUPPORTED_DTYPES",
     "RMSNorm",
     "RMSNormFunction",

@@ -30,8 +30,8 @@ import torch
 
 from .backend import BACKEND
 
-#: The seed's N limit (one row in one block of registers); kept for the seed's campaigns.
-SEED_MAX_N = 4096
+#: The tutorial's N limit (one row in one block of registers); kept for its 72-case grid.
+TUTORIAL_MAX_N = 4096
 #: Largest N: rows above the one-pass width are processed in chunks, so this bounds testing, not
 #: registers. Tested to 262144 on the GPU; beyond 2**20 nothing has been measured.
 MAX_N = 1 << 20

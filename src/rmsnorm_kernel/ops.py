@@ -65,7 +65,7 @@ MAX_PROGRAMS_PER_SM = 8
 #: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials
 #: and an odd-sized dweight tree (a node without a sibling).
 INTERPRETER_PROGRAMS = 5
-#: Budget for the dweight partials (programs x N x DW_ACC bytes): the seed's 64 MiB, independent
+#: Budget for the dweight partials (programs x N x DW_ACC bytes): the tutorial's 64 MiB, independent
 #: of M because the grid is persistent.
 DW_SCRATCH_BYTES = 64 << 20
 #: dweight accumulation over one program's rows in float64 for every size. Off: float64 costs
@@ -405,7 +405,7 @@ def output_dtype(x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
 def forward_op(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The seed's launcher: ``x [..., N]`` -> ``(y [..., N], rstd [M])``, contract checked first."""
+    """The tutorial's launcher: ``x [..., N]`` -> ``(y [..., N], rstd [M])``, contract checked first."""
     check_contract(x, weight, eps)
     x2 = as_rows(x, "x")
     y, _, rstd = launch_forward(x2, weight, None, float(eps), 0.0, output_dtype(x, weight))
@@ -415,7 +415,7 @@ def forward_op(
 def backward_op(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The seed's backward launcher: ``(dx [..., N], dweight [N] or None)``."""
+    """The tutorial's backward launcher: ``(dx [..., N], dweight [N] or None)``."""
     check_contract(x, weight)
     if dy.shape != x.shape or dy.device != x.device:
         raise ContractValueError(

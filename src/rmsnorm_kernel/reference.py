@@ -1,4 +1,4 @@
-"""The float64-capable PyTorch oracle every kernel path is tested against (the seed's reference).
+"""The float64-capable PyTorch oracle every kernel path is tested against (the tutorial's reference).
 
 Math, per row of ``N`` values (``x`` has shape ``[..., N]``)::
 
@@ -45,12 +45,12 @@ def rmsnorm_reference(
 def manual_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The seed's explicit backward for 2-D ``x`` ``(M, N)``: returns ``(dx (M, N), dgamma (N,))``.
+    """The tutorial's explicit backward for 2-D ``x`` ``(M, N)``: returns ``(dx (M, N), dweight (N,))``.
 
-    Computes in the dtype of its arguments (no upcast), exactly as the seed writes it.
+    Computes in the dtype of its arguments (no upcast), exactly as the tutorial writes it.
     """
     r = torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)  # (M, N) -> (M, 1)
     u = dy * weight
     dx = r * u - x * r.pow(3) * (u * x).mean(-1, keepdim=True)
-    dgamma = (dy * x * r).sum(0)  # (M, N) -> (N,)
-    return dx, dgamma
+    dweight = (dy * x * r).sum(0)  # (M, N) -> (N,)
+    return dx, dweight

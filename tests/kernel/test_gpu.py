@@ -25,7 +25,7 @@ def test_wide_rows_gpu(n, dtype):
 
 @pytest.mark.parametrize("m,n", [(65536, 4096), (4097, 4096), (100_000, 128)])
 def test_many_rows_no_scratch_cap(m, n):
-    """The seed capped M*N*4 bytes of scratch at 64 MiB; the persistent grid has no M cap.
+    """The tutorial capped M*N*4 bytes of scratch at 64 MiB; the persistent grid has no M cap.
 
     A float32 sum of M terms cannot meet an elementwise 1e-5 tolerance (the result's own ulp is
     larger), so the check is the classical bound for any float32 summation order:

@@ -25,7 +25,7 @@ def test_matches_oracle(m, n, dtype, device):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_issue_shape_5x333(dtype, device):
-    """The issue's acceptance case: (5, 333) fp32 and fp16 within the seed's tolerances."""
+    """The tutorial's acceptance case: (5, 333) fp32 and fp16 within its tolerances."""
     x = torch.randn(5, 333, device=device, dtype=dtype)
     w = torch.rand(333, device=device, dtype=dtype).add_(0.5)
     check_against_oracle(x, w, dtype)

@@ -1,4 +1,4 @@
-"""The oracle itself: the seed's worked examples, gradcheck, and manual_backward == autograd."""
+"""The oracle itself: the tutorial's worked examples, gradcheck, and manual_backward == autograd."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import torch
 from rmsnorm_kernel import manual_backward, rmsnorm_reference
 
 
-def test_worked_example_unit_gamma():
+def test_worked_example_unit_weight():
     y = rmsnorm_reference(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 1.0]), 1e-6)
     torch.testing.assert_close(y, torch.tensor([[0.848528, 1.131371]]), atol=1e-6, rtol=0)
 
 
-def test_worked_example_gamma_scales_columns():
+def test_worked_example_weight_scales_columns():
     y = rmsnorm_reference(torch.tensor([[3.0, 4.0]]), torch.tensor([2.0, 0.5]), 1e-6)
     torch.testing.assert_close(y, torch.tensor([[1.697056, 0.565685]]), atol=1e-6, rtol=0)
 
