@@ -15,8 +15,8 @@ Kernel layer (imports only torch and triton)::
 from .backend import BACKEND  # first: sets TRITON_INTERPRET before kernels are decorated
 from .contract import (
     MAX_N,
-    TUTORIAL_MAX_N,
     SUPPORTED_DTYPES,
+    TUTORIAL_MAX_N,
     ContractTypeError,
     ContractValueError,
     check_contract,

@@ -405,7 +405,7 @@ def output_dtype(x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
 def forward_op(
     x: torch.Tensor, weight: torch.Tensor | None, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tutorial's launcher: ``x [..., N]`` -> ``(y [..., N], rstd [M])``, contract checked first."""
+    """Forward launcher: ``x [..., N]`` -> ``(y [..., N], rstd [M])``, contract checked first."""
     check_contract(x, weight, eps)
     x2 = as_rows(x, "x")
     y, _, rstd = launch_forward(x2, weight, None, float(eps), 0.0, output_dtype(x, weight))

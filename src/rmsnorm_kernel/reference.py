@@ -1,4 +1,4 @@
-"""The float64-capable PyTorch oracle every kernel path is tested against (the tutorial's reference).
+"""The float64-capable PyTorch oracle every kernel path is tested against (the tutorial's).
 
 Math, per row of ``N`` values (``x`` has shape ``[..., N]``)::
 
@@ -45,7 +45,7 @@ def rmsnorm_reference(
 def manual_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tutorial's explicit backward for 2-D ``x`` ``(M, N)``: returns ``(dx (M, N), dweight (N,))``.
+    """The tutorial's explicit backward, 2-D ``x (M, N)`` -> ``(dx (M, N), dweight (N,))``.
 
     Computes in the dtype of its arguments (no upcast), exactly as the tutorial writes it.
     """
