@@ -13,6 +13,9 @@ from rmsnorm_kernel.cli.bench.report import PASS_SHORT
 AXIS = {"curve_n": ("n", "N (row width)"), "curve_m": ("m", "M (rows)")}
 
 
+PEER_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:gray")
+
+
 def plot_curves(payload: dict, out_dir: Path) -> list[Path]:
     import matplotlib
 
@@ -37,6 +40,9 @@ def plot_curves(payload: dict, out_dir: Path) -> list[Path]:
             for col, pass_ in enumerate(passes):
                 ax = axes[row, col]
                 points = [g for g in sel if g["section"] == section and g["pass"] == pass_]
+                # Ours in red, the peers in colours that never repeat it (the default cycle's 4th
+                # colour is red too, which made quack look like ours).
+                others = iter(PEER_COLOURS)
                 for name, info in payload["peers"].items():
                     xs = [g[key] for g in points if g["results"][name]["status"] == "ok"]
                     ys = [
@@ -53,7 +59,7 @@ def plot_curves(payload: dict, out_dir: Path) -> list[Path]:
                         marker="o",
                         ms=3,
                         lw=2.4 if mine else 1.2,
-                        color="tab:red" if mine else None,
+                        color="tab:red" if mine else next(others),
                         label=info["label"],
                     )
                 if copy:
