@@ -10,8 +10,11 @@ reduced over both ranks, one metrics.json, and the sweep comparison passes.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -201,3 +204,45 @@ def test_a_failed_check_in_the_children_fails_train_with_its_type(tmp_path):
     with pytest.raises(CheckFailed, match="kernel calls"):
         run(tmp_path, "norm=triton", "norm.calls_per_step=2", "trainer.max_steps=1", *DDP)
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_sigterm_stops_every_rank_after_the_same_step_and_resumes(tmp_path):
+    """SIGTERM to the process group of a DDP run (as `timeout` or a terminal sends it): every
+    rank stops after the same step, last.ckpt is saved, the run exits 143; it then resumes."""
+    steps = 300  # PyTorch's norm: the kernels are not the point, and its steps are fast
+    args = ("norm=torch", "trainer.val_check_interval=50", f"trainer.max_steps={steps}", *DDP)
+    run_dir = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rmsnorm_kernel.train",
+        *SMALL,
+        *args,
+        f"hydra.run.dir={run_dir}",
+        f"paths.checkpoint_dir={tmp_path / 'ckpt'}",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,  # its own process group, signalled as a whole below
+    )
+    probe = run_dir / "initial_probe.safetensors"  # written when training starts
+    deadline = time.monotonic() + 120
+    while not probe.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)  # some steps in, well before the end
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    last = run_dir / "lightning_checkpoints" / "last.ckpt"
+    assert f"ckpt_path={last}" in out
+    k = int(out.split("SIGTERM at step ")[1].split(":")[0])
+    assert 0 < k < steps
+    assert not (run_dir / "metrics.json").exists()
+
+    resumed = run(tmp_path / "resumed", *args, f"ckpt_path={last}")
+    assert resumed["world_size"] == 2 and resumed["train_steps"] == steps
+    assert resumed["session_steps"] == steps - k

@@ -29,11 +29,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 #: Seconds the other children get to exit after one failed, before they are killed.
 GRACE_PERIOD_S = 10.0
+#: Exit statuses of a child stopped by SIGTERM (143) or Ctrl-C (130) after saving last.ckpt.
+INTERRUPTED = (143, 130)
 
 
 def _is_ddp(trainer_cfg: DictConfig) -> bool:
@@ -124,9 +127,17 @@ def _child(
     world_size: int,
     port: int,
     queue: Any,
+    stop: Any,
 ) -> None:
     """Body of child ``local_rank``: the rendezvous variables, then ``fn(cfg)``; what it
     returns (rank 0 only) or raises goes to the parent through ``queue``."""
+    # Out of the parent's process group, so no signal reaches the children directly: Lightning's
+    # own SIGTERM handler runs a collective inside the handler, and ranks signalled at different
+    # points of a step then wait on each other forever. The parent turns SIGTERM and Ctrl-C into
+    # ``stop`` instead, which every rank reads at the same step (:class:`StopOnRequest`).
+    os.setpgrp()
+    global _STOP
+    _STOP = stop
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -147,6 +158,37 @@ def _child(
     queue.put((local_rank, "ok", result if local_rank == 0 else None, None))
 
 
+#: In a child of :func:`spawn`: the shared value the parent sets when asked to stop.
+_STOP: Any = None
+
+
+class StopOnRequest(L.Callback):
+    """Stops every rank after the same training step when the parent of :func:`spawn` was sent
+    SIGTERM or Ctrl-C, the way Lightning stops one process on SIGTERM (``SIGTERMException``: the
+    interrupt callback saves ``last.ckpt``, ``train`` exits 143, or 130 for Ctrl-C).
+
+    At the end of each step the ranks agree on whether any of them saw the request (one small
+    all-reduce), so they all stop at the same step and save a consistent checkpoint.
+    """
+
+    def __init__(self, stop: Any) -> None:
+        self.stop = stop
+        self.stopped_by_ctrl_c = False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        requested = self.stop.value
+        if trainer.strategy.reduce_boolean_decision(requested != 0, all=False):
+            self.stopped_by_ctrl_c = requested == signal.SIGINT
+            raise SIGTERMException()
+
+
+def stop_on_request() -> StopOnRequest | None:
+    """The callback for a child of :func:`spawn`; None in any other process."""
+    return None if _STOP is None else StopOnRequest(_STOP)
+
+
 class ChildFailed(RuntimeError):
     """A child process died without reporting an exception (killed, or it called exit)."""
 
@@ -154,9 +196,10 @@ class ChildFailed(RuntimeError):
 def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, nprocs: int) -> Any:
     """Run ``fn(cfg)`` in ``nprocs`` new processes (ranks 0..nprocs-1); return rank 0's result.
 
-    ``cfg`` is resolved first (children have none of the parent's Hydra state). SIGTERM to this
-    process is passed on to every child, so Lightning stops them all at the same step and saves
-    ``last.ckpt``; the children's exit status 143 becomes ``SystemExit(143)`` here.
+    ``cfg`` is resolved first (children have none of the parent's Hydra state). SIGTERM or
+    Ctrl-C to this process stops every rank after the same step (:class:`StopOnRequest`), which
+    saves ``last.ckpt``; their exit status 143 (SIGTERM) or 130 (Ctrl-C) becomes ``SystemExit``
+    with that status here. A second Ctrl-C kills the children at once.
 
     Raises:
         Exception: the first exception a child raised, its type kept and the child's traceback
@@ -167,10 +210,12 @@ def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, nprocs: int) -> Any:
 
     resolved = copy.deepcopy(cfg)
     OmegaConf.resolve(resolved)
-    queue = mp.get_context("spawn").SimpleQueue()
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    stop = ctx.Value("i", 0)  # 0, or the signal that asked the run to stop
     context = mp.start_processes(
         _child,
-        args=(fn, resolved, nprocs, _free_port(), queue),
+        args=(fn, resolved, nprocs, _free_port(), queue, stop),
         nprocs=nprocs,
         join=False,
         start_method="spawn",
@@ -181,14 +226,24 @@ def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, nprocs: int) -> Any:
         while not queue.empty():
             messages.append(queue.get())
 
-    def forward(signum, frame) -> None:
-        for process in context.processes:
-            if process.is_alive():
-                os.kill(process.pid, signum)
+    def request_stop(signum, frame) -> None:
+        if stop.value == signal.SIGINT and signum == signal.SIGINT:
+            # A second Ctrl-C: stop at once, without saving.
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+            raise KeyboardInterrupt
+        if stop.value == 0:
+            stop.value = int(signum)
+            what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+            print(f"\n{what}: every rank stops after the same step, saves last.ckpt", flush=True)
 
     # Signal handlers can only be set from the main thread (a threaded caller keeps its own).
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, forward) if main_thread else None
+    previous = {}
+    if main_thread:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, request_stop)
     failure: Exception | None = None
     try:
         while True:
@@ -201,8 +256,8 @@ def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, nprocs: int) -> Any:
             finally:
                 drain()
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     drain()
     # In arrival order: the rank that failed first reports before the ones its exit broke.
     errors = [m for m in messages if m[1] == "error"]
@@ -211,8 +266,8 @@ def spawn(fn: Callable[[DictConfig], Any], cfg: DictConfig, nprocs: int) -> Any:
         raise exc from ChildFailed(f"rank {rank} failed:\n{text}")
     if failure is not None:
         code = getattr(failure, "exit_code", None)
-        if code == 143:
-            raise SystemExit(143)
+        if code in INTERRUPTED:  # stopped by SIGTERM or Ctrl-C, last.ckpt saved: pass it on
+            raise SystemExit(code)
         raise ChildFailed(str(failure)) from failure
     results = [m[2] for m in messages if m[1] == "ok" and m[0] == 0]
     if not results:

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import load_checkpoint
 from .identity import config_hash, hydra_overrides, run_label
-from .launch import processes_to_start, spawn
+from .launch import processes_to_start, spawn, stop_on_request
 from .settings import check_compare_settings
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     """
     datamodule, model = build(cfg)
     callbacks = _callbacks(cfg)
+    if (stop := stop_on_request()) is not None:  # a DDP child: SIGTERM/Ctrl-C come this way
+        callbacks["stop_on_request"] = stop
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=list(callbacks.values()), logger=logger)
     if logger:
