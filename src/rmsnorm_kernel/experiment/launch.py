@@ -24,6 +24,7 @@ import copy
 import os
 import pickle
 import signal
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -120,6 +121,16 @@ def _picklable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the parent dies (even by SIGKILL), so no rank keeps
+    a GPU busy after its run is gone; elsewhere the children finish on their own."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
 def _child(
     local_rank: int,
     fn: Callable[[DictConfig], Any],
@@ -136,6 +147,7 @@ def _child(
     # points of a step then wait on each other forever. The parent turns SIGTERM and Ctrl-C into
     # ``stop`` instead, which every rank reads at the same step (:class:`StopOnRequest`).
     os.setpgrp()
+    _die_with_parent()
     global _STOP
     _STOP = stop
     os.environ.update(
