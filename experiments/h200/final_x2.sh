@@ -18,7 +18,7 @@ t0=$SECONDS
 for spec in "0 llama_h200" "1 llama_h200_2048"; do
   set -- $spec
   CUDA_VISIBLE_DEVICES=$1 LIMIT=$llama_s SWEEP=experiment=$2 NORMS=${LLAMA_NORMS:-hf,triton,torch,liger} \
-    SCRATCH=/tmp/scratch_$2 TRAIN_ARGS="callbacks.safetensors_checkpoint=null" \
+    SCRATCH=/tmp/scratch_$2 EXTRA="callbacks.safetensors_checkpoint=null" \
     bash experiments/llama/run_h200.sh "$work/$2" > "$work/$2.log" 2>&1 &
 done
 wait

@@ -14,7 +14,8 @@
 # run's metrics.json and TensorBoard events, train.log). The exported weights (GBs) go to
 # $SCRATCH (default /tmp/llama_h200) and are deleted at the end, after their reload check ran.
 # SWEEP replaces the experiment choice (SWEEP=model=llama runs the tiny CPU model instead);
-# NORMS fixes the branches; TRAIN_ARGS goes before the overrides (e.g. --config-path DIR).
+# NORMS fixes the branches; TRAIN_ARGS goes before the overrides (e.g. --config-path DIR); EXTRA
+# holds more overrides (e.g. callbacks.safetensors_checkpoint=null).
 set -u
 out=${1:?usage: run_h200.sh OUTDIR}
 mkdir -p "$out"
@@ -56,7 +57,7 @@ fi
 rm -rf "$scratch" && mkdir -p "$scratch"
 t0=$SECONDS
 timeout "${LIMIT:-560}" "$py" -m rmsnorm_kernel.train ${TRAIN_ARGS:-} --multirun "$sweep" "norm=$norms" \
-  "paths.checkpoint_dir=$scratch/checkpoints" "hydra.sweep.dir=$scratch/sweep" \
+  "paths.checkpoint_dir=$scratch/checkpoints" "hydra.sweep.dir=$scratch/sweep" ${EXTRA:-} \
   > "$out/train.log" 2>&1
 rc=$?
 echo "train rc=$rc wall=$((SECONDS - t0))s sweep=$sweep norms=$norms" | tee "$out/summary.txt"
