@@ -158,40 +158,28 @@ def eval_loader(x: torch.Tensor, y: torch.Tensor, batch_size: int) -> DataLoader
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-class SyntheticDataModule(L.LightningDataModule):
-    """Serves :func:`make_splits` as ``(x (B, in) float32, y (B, out) float32)`` batches.
+class SplitsDataModule(L.LightningDataModule):
+    """Serves in-memory ``{"train", "val", "test"}`` splits of ``(inputs, targets)`` tensors.
 
-    Training batches come from :class:`ResumableBatches`, shuffled by ``shuffle_seed`` (the run
-    seed), so every branch of a sweep sees the same batches in the same order, every step has
-    exactly ``batch_size`` examples, and a run resumed from a Lightning checkpoint continues with
-    the batch it stopped before. Val and test are served unshuffled. Under DDP ``batch_size`` is
-    per process (the step trains on ``batch_size x processes`` rows) and each process evaluates
-    its own share of val and test.
+    Subclasses say how the splits are made (:meth:`make_splits`). Training batches come from
+    :class:`ResumableBatches`, shuffled by ``hparams.shuffle_seed`` (the run seed), so every branch
+    of a sweep sees the same batches in the same order, every step has exactly ``batch_size``
+    examples, and a run resumed from a Lightning checkpoint continues with the batch it stopped
+    before. Val and test are served unshuffled. Under DDP ``batch_size`` is per process (the step
+    trains on ``batch_size x processes`` rows) and each process evaluates its own share of val and
+    test (:func:`eval_loader`).
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        teacher_hidden: int,
-        noise: float,
-        n_train: int,
-        n_val: int,
-        n_test: int,
-        seed: int,
-        batch_size: int = 32,
-        eval_batch_size: int = 256,
-        shuffle_seed: int = 0,
-    ) -> None:
-        super().__init__()
-        self.save_hyperparameters(logger=False)
-        self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+    splits: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def make_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        raise NotImplementedError
 
     def setup(self, stage: str | None = None) -> None:
         # All splits at once, whatever the stage: they are small, and callbacks need the test
         # split at the end of training.
         if self.splits is None:
-            self.splits = make_splits(self.hparams)
+            self.splits = self.make_splits()
 
     def _global_step(self) -> int:
         return self.trainer.global_step if self.trainer is not None else 0
@@ -212,3 +200,28 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
+
+
+class SyntheticDataModule(SplitsDataModule):
+    """Serves :func:`make_splits` as ``(x (B, in) float32, y (B, out) float32)`` batches (see
+    :class:`SplitsDataModule` for the batch order, resume and DDP)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        teacher_hidden: int,
+        noise: float,
+        n_train: int,
+        n_val: int,
+        n_test: int,
+        seed: int,
+        batch_size: int = 32,
+        eval_batch_size: int = 256,
+        shuffle_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+
+    def make_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        return make_splits(self.hparams)

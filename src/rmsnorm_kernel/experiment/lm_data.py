@@ -16,11 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-from .data import SPLITS, ResumableBatches
+from .data import SPLITS, SplitsDataModule
 
 _ROW_BLOCK = 512  # rows of the transition scores drawn at once (512 x V float64)
 
@@ -103,12 +101,10 @@ def make_markov_splits(cfg: Mapping[str, Any]) -> dict[str, tuple[torch.Tensor, 
     return splits
 
 
-class MarkovLMDataModule(L.LightningDataModule):
-    """Serves :func:`make_markov_splits` as ``(inputs (B, S) int64, targets (B, S) int64)``.
-
-    Training batches come from :class:`~.data.ResumableBatches` (shuffled by the run seed, the
-    same in every branch, resumable mid-epoch); val and test unshuffled. ``entropy_floor`` (nats)
-    is the best mean cross-entropy reachable on the test split, logged for reference.
+class MarkovLMDataModule(SplitsDataModule):
+    """Serves :func:`make_markov_splits` as ``(inputs (B, S) int64, targets (B, S) int64)`` (see
+    :class:`~.data.SplitsDataModule` for the batch order, resume and DDP). ``entropy_floor``
+    (nats) is the best mean cross-entropy reachable on the test split, logged for reference.
     """
 
     def __init__(
@@ -126,42 +122,19 @@ class MarkovLMDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters(logger=False)
-        self.splits: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.entropy_floor: float | None = None
 
     @property
     def tokens_per_batch(self) -> int:
         return int(self.hparams.batch_size) * int(self.hparams.seq_len)
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.splits is None:
-            self.splits = make_markov_splits(self.hparams)
-            g = torch.Generator().manual_seed(int(self.hparams.seed))
-            _, cdf = transition_table(self.hparams.vocab_size, self.hparams.successors, g)
-            inputs, targets = self.splits["test"]
-            self.entropy_floor = entropy_floor(cdf, torch.cat([inputs, targets[:, -1:]], 1))
-
-    def _global_step(self) -> int:
-        return self.trainer.global_step if self.trainer is not None else 0
-
-    def train_dataloader(self) -> ResumableBatches:
-        self.setup()
-        x, y = self.splits["train"]
-        return ResumableBatches(
-            x, y, self.hparams.batch_size, self.hparams.shuffle_seed, self._global_step
-        )
-
-    def _eval_loader(self, split: str) -> DataLoader:
-        self.setup()
-        return DataLoader(
-            TensorDataset(*self.splits[split]), batch_size=self.hparams.eval_batch_size
-        )
-
-    def val_dataloader(self) -> DataLoader:
-        return self._eval_loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._eval_loader("test")
+    def make_splits(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        splits = make_markov_splits(self.hparams)
+        g = torch.Generator().manual_seed(int(self.hparams.seed))
+        _, cdf = transition_table(self.hparams.vocab_size, self.hparams.successors, g)
+        inputs, targets = splits["test"]
+        self.entropy_floor = entropy_floor(cdf, torch.cat([inputs, targets[:, -1:]], 1))
+        return splits
 
 
 def uniform_loss(vocab_size: int) -> float:
