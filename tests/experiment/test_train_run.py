@@ -16,6 +16,9 @@ def test_fast_dev_run(tmp_path):
     m = run(tmp_path, "norm=triton", "+trainer.fast_dev_run=true")
     assert m["train_steps"] == 1 and m["forward_calls"] == m["backward_calls"] == 1
     assert m["reload_max_diff"] == 0.0
+    assert set(m["phase_s"]) == {"build", "fit", "test"}
+    assert all(v >= 0 for v in m["phase_s"].values())
+    assert sum(m["phase_s"].values()) <= m["wall_time_s"]
 
 
 def test_output_dir_is_required(tmp_path):

@@ -75,7 +75,12 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     Under DDP every process runs this (started by :func:`~.launch.spawn` or by a cluster); the
     callbacks keep exports and probes to global rank 0 and reduce what spans ranks.
     """
+    # Seconds per phase (build, fit, test): at LLM width a run took ~150 s for ~3 s of training
+    # steps on the H200, so where the rest goes has to be visible in metrics.json.
+    phase_s: dict[str, float] = {}
+    t0 = time.perf_counter()
     datamodule, model = build(cfg)
+    phase_s["build"] = time.perf_counter() - t0
     callbacks = _callbacks(cfg)
     if (stop := stop_on_request()) is not None:  # a DDP child: SIGTERM/Ctrl-C come this way
         callbacks["stop_on_request"] = stop
@@ -91,14 +96,18 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("train", True):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        t0 = time.perf_counter()
         try:
             trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
         except SIGTERMException as e:
             # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0.
             ctrl_c = any(getattr(c, "stopped_by_ctrl_c", False) for c in callbacks.values())
             raise SystemExit(CTRL_C_EXIT if ctrl_c else SIGTERM_EXIT) from e
+        phase_s["fit"] = time.perf_counter() - t0
     if cfg.get("test", True):
+        t0 = time.perf_counter()
         trainer.test(model, datamodule=datamodule, verbose=False)
+        phase_s["test"] = time.perf_counter() - t0
 
     metrics: dict[str, Any] = {
         "run_name": cfg.run_name,
@@ -112,6 +121,7 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
         "device": str(trainer.strategy.root_device),
         "world_size": trainer.world_size,  # processes that trained together (DDP), else 1
         "global_rank": trainer.global_rank,
+        "phase_s": {k: round(v, 3) for k, v in phase_s.items()},
     }
     for callback in callbacks.values():
         metrics.update(getattr(callback, "result", {}))
@@ -127,7 +137,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Returns:
         ``{"run_name", "run_label", "norm", "seed", "config_hash", "overrides", "output_dir",
-        "device", "world_size", "global_rank", "wall_time_s"}`` plus what the callbacks
+        "device", "world_size", "global_rank", "phase_s", "wall_time_s"}`` (``phase_s``: seconds
+        spent building, fitting and testing, each with its callbacks) plus what the callbacks
         recorded: with the default callbacks ``forward_calls``, ``backward_calls``,
         ``expected_calls``, ``session_steps``, ``train_steps`` (the total, resumed steps
         included), ``checkpoint``, ``checkpoint_sha256``, ``reload_max_diff``,
