@@ -13,8 +13,13 @@ Supported:
   flattened into one row stride, is copied once with ``.contiguous()`` -- documented, and counted
   in ``rmsnorm_kernel.COPIES``.
 - ``weight``: ``None`` or shape ``(N,)``, any of the four dtypes (it may differ from ``x``'s), same
-  device as ``x``. Output dtype is ``x.dtype`` (``F.rms_norm``'s rule); the weight gradient has
+  device as ``x``, any stride (a step slice, a matrix column, ``expand``: read in place with its
+  own stride). Output dtype is ``x.dtype`` (``F.rms_norm``'s rule); the weight gradient has
   ``weight.dtype``.
+- ``rounding``: ``"torch"`` (the default, above) or ``"llama"``: ``x * r`` is rounded to
+  ``x.dtype`` before the weight, and the output has ``promote_types(weight.dtype, x.dtype)``.
+  With ``"llama"``, a float64 weight needs a float64 ``x`` (the product would need float64 math
+  beside float32 normalisation: the kernels have one math dtype).
 - ``residual``: ``None`` or the same shape, dtype and device as ``x``.
 - ``eps``: a finite real number > 0 (``bool`` is refused). ``offset``: a finite real number.
   Both must fit in float32 (``|value| <= 3.4e38``).
@@ -37,6 +42,8 @@ TUTORIAL_MAX_N = 4096
 MAX_N = 1 << 20
 #: eps and offset reach the kernels as float32 pairs (see ops.split_float).
 FLOAT32_MAX = 3.4028234663852886e38
+#: The rounding rules (see ``rmsnorm``'s ``rounding``).
+ROUNDINGS = ("torch", "llama")
 
 
 class ContractValueError(ValueError, RuntimeError):
@@ -125,10 +132,13 @@ def check_contract(
     *,
     offset: float = 0.0,
     residual: torch.Tensor | None = None,
+    rounding: str = "torch",
 ) -> None:
     """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on."""
-    if _common_case_ok(x, weight, eps, offset, residual):
+    if rounding == "torch" and _common_case_ok(x, weight, eps, offset, residual):
         return
+    if not isinstance(rounding, str) or rounding not in ROUNDINGS:
+        raise ContractValueError(f"rounding must be one of {ROUNDINGS} (got {rounding!r})")
     if not isinstance(x, torch.Tensor):
         raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
     if x.dtype not in SUPPORTED_DTYPES:
@@ -160,6 +170,11 @@ def check_contract(
         if weight.device != x.device:
             raise ContractValueError(
                 f"weight must be on x's device {x.device} (got {weight.device})"
+            )
+        if rounding == "llama" and weight.dtype == torch.float64 and x.dtype != torch.float64:
+            raise ContractTypeError(
+                "rounding='llama' with a float64 weight needs float64 x "
+                f"(got x {x.dtype}): multiply by the weight outside the kernel"
             )
     elif float(offset) != 0.0:
         raise ContractValueError(

@@ -3,23 +3,26 @@
 ``rmsnorm`` is the public entry. In eager mode it goes through :class:`RMSNormFunction` (the
 lowest-overhead path); under ``torch.compile`` it calls the registered op
 ``torch.ops.rmsnorm_kernel.rmsnorm_fwd``, whose fake implementation lets Dynamo trace it with no
-graph break. Both run the same launchers, count in :data:`CALLS`, and refuse double backward with a
-clear error instead of a wrong number.
+graph break. Both run the same launchers and count in :data:`CALLS`. A backward that builds a graph
+(``create_graph=True``: double backward) runs the exact PyTorch-ops formula of
+:mod:`.double_backward` instead of the Triton backward, in eager mode on both paths.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import ops
 from .contract import check_contract
+from .double_backward import differentiable_backward, graph_needed
 
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
 CALLS = {"forward": 0, "backward": 0}
 
 _DOUBLE_BACKWARD = (
-    "rmsnorm_kernel: double backward (differentiating the gradient of rmsnorm) is not supported"
+    "rmsnorm_kernel: double backward through torch.ops.rmsnorm_kernel.rmsnorm_bwd (the Triton "
+    "backward) is not supported; differentiate rmsnorm() or rmsnorm_fwd instead, whose backward "
+    "is differentiable when create_graph=True"
 )
 
 
@@ -29,16 +32,18 @@ def reset_calls() -> None:
     CALLS["backward"] = 0
 
 
-def _forward(x, weight, residual, eps, offset):
+def _forward(x, weight, residual, eps, offset, llama=False):
     """``[..., N]`` tensors -> ``(y [..., N], h [..., N] or None, saved, saved_stride, rstd (M,))``.
 
     ``saved`` is the kernel's input (x's rows, or the returned x + residual) and ``saved_stride``
-    its row stride: what the backward launch reads.
+    its row stride: what the backward launch reads. ``llama``: Llama's rounding rule
+    (:func:`ops.output_dtype`).
     """
     x_rows, sx = ops.rows_of(x, "x")
     res_rows, sr = (None, 0) if residual is None else ops.rows_of(residual, "residual")
+    out_dtype = ops.output_dtype(x, weight, llama)
     y, h, rstd = ops.launch_forward(
-        x_rows, weight, res_rows, eps, offset, x.dtype, stride_x=sx, stride_res=sr
+        x_rows, weight, res_rows, eps, offset, out_dtype, stride_x=sx, stride_res=sr, llama=llama
     )
     CALLS["forward"] += 1
     saved, saved_stride = (x_rows, sx) if h is None else (h, x.shape[-1])
@@ -47,7 +52,7 @@ def _forward(x, weight, residual, eps, offset):
     return y, h, saved, saved_stride, rstd
 
 
-def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype):
+def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype, llama=False):
     """Upstream grads ``[..., N]`` -> ``(dx [..., N] like dy, dweight (N,) or None)``."""
     dy_rows, sdy = ops.rows_of(dy, "dy")
     dh_rows, sdh = (None, 0) if dh is None else ops.rows_of(dh, "dy")
@@ -62,6 +67,7 @@ def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype):
         stride_dy=sdy,
         stride_x=saved_stride,
         stride_dh=sdh,
+        llama=llama,
     )
     CALLS["backward"] += 1
     if dy_rows is not dy:
@@ -70,24 +76,35 @@ def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype):
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """``apply(x, weight, eps, offset=0.0, residual=None)`` -> ``y`` or ``(y, x + residual)``."""
+    """``apply(x, weight, eps, offset=0.0, residual=None, llama=False)`` -> ``y`` or
+    ``(y, x + residual)``."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps, offset=0.0, residual=None):
-        y, h, saved, saved_stride, rstd = _forward(x, weight, residual, eps, offset)
-        ctx.save_for_backward(saved, weight, rstd)
+    def forward(ctx, x, weight, eps, offset=0.0, residual=None, llama=False):
+        y, h, saved, saved_stride, rstd = _forward(x, weight, residual, eps, offset, llama)
+        ctx.llama = llama
+        # The kernel reads ``saved`` (x's rows); a graph through the backward needs x or the
+        # returned h themselves (``saved`` may be a view or copy made here, unknown to autograd).
+        ctx.save_for_backward(saved, weight, rstd, x if h is None else h)
+        ctx.eps = eps
         ctx.meta = (offset, saved_stride, x.dtype, residual is not None)
         if h is None:
             return y
         return y, h
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy, dh=None):
-        saved, weight, rstd = ctx.saved_tensors
+        saved, weight, rstd, source = ctx.saved_tensors
         offset, saved_stride, x_dtype, has_residual = ctx.meta
-        dx, dw = _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype)
-        return dx, dw, None, None, (dx if has_residual else None)
+        if graph_needed(dy, dh, source, weight):  # create_graph=True: double backward ahead
+            dx, dw = differentiable_backward(
+                dy, dh, source, weight, ctx.eps, offset, x_dtype, rstd.dtype, ctx.llama
+            )
+        else:
+            dx, dw = _backward(
+                dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype, ctx.llama
+            )
+        return dx, dw, None, None, (dx if has_residual else None), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,19 +119,20 @@ def rmsnorm_fwd(
     residual: torch.Tensor | None,
     eps: float,
     offset: float,
+    llama: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Returns ``(y, h or empty, rstd (M,))``."""
-    y, h, _, _, rstd = _forward(x, weight, residual, eps, offset)
+    y, h, _, _, rstd = _forward(x, weight, residual, eps, offset, llama)
     return y, (x.new_empty(0) if h is None else h), rstd
 
 
 @rmsnorm_fwd.register_fake
-def _(x, weight, residual, eps, offset):
-    out = ops.output_dtype(x, weight)
+def _(x, weight, residual, eps, offset, llama=False):
+    out = ops.output_dtype(x, weight, llama)
     m = x.numel() // x.shape[-1]
     y = x.new_empty(x.shape, dtype=out)
     h = x.new_empty(0) if residual is None else x.new_empty(x.shape)
-    return y, h, x.new_empty((m,), dtype=ops._acc_dtype(out))
+    return y, h, x.new_empty((m,), dtype=ops._acc_dtype(x.dtype))
 
 
 @torch.library.custom_op("rmsnorm_kernel::rmsnorm_bwd", mutates_args=())
@@ -125,35 +143,45 @@ def rmsnorm_bwd(
     weight: torch.Tensor | None,
     rstd: torch.Tensor,
     offset: float,
+    llama: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``(dx [like dy's shape], dweight or empty)``; ``saved`` is the forward's input."""
     rows, stride = ops.rows_of(saved, "x")
-    dx, dw = _backward(dy, dh, rows, stride, weight, rstd, offset, saved.dtype)
+    dx, dw = _backward(dy, dh, rows, stride, weight, rstd, offset, saved.dtype, llama)
     return dx, (saved.new_empty(0) if dw is None else dw)
 
 
 @rmsnorm_bwd.register_fake
-def _(dy, dh, saved, weight, rstd, offset):
+def _(dy, dh, saved, weight, rstd, offset, llama=False):
     dx = saved.new_empty(dy.shape)
     return dx, (saved.new_empty(0) if weight is None else torch.empty_like(weight))
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    x, weight, residual, eps, offset = inputs
+    x, weight, residual, eps, offset, llama = inputs
     y, h, rstd = output
     # The kernel's input: x itself, or the returned x + residual (already contiguous).
     saved = x if residual is None else h
     ctx.save_for_backward(saved, weight, rstd)
     ctx.offset = offset
+    ctx.eps = eps
+    ctx.llama = llama
     ctx.has_residual = residual is not None
 
 
 def _fwd_backward(ctx, dy, dh, drstd):
     saved, weight, rstd = ctx.saved_tensors
     dh = dh if ctx.has_residual else None
-    dx, dw = torch.ops.rmsnorm_kernel.rmsnorm_bwd(dy, dh, saved, weight, rstd, ctx.offset)
+    if graph_needed(dy, dh, saved, weight):  # create_graph=True (eager): double backward ahead
+        dx, dw = differentiable_backward(
+            dy, dh, saved, weight, ctx.eps, ctx.offset, saved.dtype, rstd.dtype, ctx.llama
+        )
+    else:
+        dx, dw = torch.ops.rmsnorm_kernel.rmsnorm_bwd(
+            dy, dh, saved, weight, rstd, ctx.offset, ctx.llama
+        )
     dw = dw if weight is not None else None
-    return dx, dw, (dx if ctx.has_residual else None), None, None
+    return dx, dw, (dx if ctx.has_residual else None), None, None, None
 
 
 def _bwd_setup_context(ctx, inputs, output):
@@ -175,26 +203,32 @@ def rmsnorm(
     *,
     offset: float = 0.0,
     residual: torch.Tensor | None = None,
+    rounding: str = "torch",
 ):
     """RMSNorm over the last dim with the Triton kernels.
 
     Args:
         x: ``[..., N]``, float16 / bfloat16 / float32 / float64.
-        weight: ``(N,)`` or ``None``; any of those dtypes.
+        weight: ``(N,)`` or ``None``; any of those dtypes, any stride (a view is read in place).
         eps: > 0; ``None`` means ``torch.finfo(x.dtype).eps`` (as ``torch.nn.RMSNorm``).
         offset: scale by ``offset + weight`` (Gemma uses 1.0).
         residual: if given, normalise ``x + residual`` and also return it.
+        rounding: ``"torch"`` (``F.rms_norm``: ``x * r * w`` in float32, rounded once to
+            ``x.dtype``) or ``"llama"`` (Hugging Face's ``LlamaRMSNorm``: ``x * r`` rounded to
+            ``x.dtype``, then times ``w`` in ``promote_types(w.dtype, x.dtype)``, the output
+            dtype). Both are one forward launch and one backward launch.
 
     Returns:
-        ``y`` (``[..., N]``, dtype ``x.dtype`` as ``torch.nn.functional.rms_norm``), or
-        ``(y, x + residual)`` when ``residual`` is given.
+        ``y`` (``[..., N]``; dtype ``x.dtype``, or the promoted dtype with ``rounding="llama"``),
+        or ``(y, x + residual)`` when ``residual`` is given.
     """
     if eps is None and isinstance(x, torch.Tensor):
         eps = torch.finfo(x.dtype).eps
-    check_contract(x, weight, eps, offset=offset, residual=residual)
+    check_contract(x, weight, eps, offset=offset, residual=residual, rounding=rounding)
+    llama = rounding == "llama"
     if torch.compiler.is_compiling():
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
-            x, weight, residual, float(eps), float(offset)
+            x, weight, residual, float(eps), float(offset), llama
         )
         return y if residual is None else (y, h)
     if not torch.is_grad_enabled() or not (
@@ -203,6 +237,6 @@ def rmsnorm(
         or (residual is not None and residual.requires_grad)
     ):
         # Nothing to differentiate: skip autograd.Function's bookkeeping (inference hot path).
-        y, h, _, _, _ = _forward(x, weight, residual, float(eps), float(offset))
+        y, h, _, _, _ = _forward(x, weight, residual, float(eps), float(offset), llama)
         return y if residual is None else (y, h)
-    return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual)
+    return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual, llama)

@@ -39,6 +39,7 @@ def rmsnorm_forward_kernel(
     RSTD,  # pointer to the inverse RMS per row (M,), ACC dtype, saved for the backward pass
     stride_x,  # elements between two rows of X
     stride_res,  # elements between two rows of RES
+    stride_w,  # elements between two values of W (weights can be views: a step slice, expand)
     N,  # data width: the number of values in a row
     eps,  # added to the mean of squares; float32 high part ...
     eps_lo,  # ... and low part (Triton passes Python floats as float32; fp64 needs both)
@@ -46,6 +47,7 @@ def rmsnorm_forward_kernel(
     offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    LLAMA: tl.constexpr,  # round x * r to X's dtype before the weight (Llama's two roundings)
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK: tl.constexpr,  # work width: columns handled at once (a power of two)
     ONE_PASS: tl.constexpr,  # N <= BLOCK: the whole row stays in registers
@@ -69,8 +71,10 @@ def rmsnorm_forward_kernel(
             x = h.to(ACC)  # normalise the rounded sum the caller receives
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
         y = x * rstd
+        if LLAMA:
+            y = y.to(X.dtype.element_ty).to(ACC)
         if HAS_WEIGHT:
-            y = y * (tl.load(W + cols, mask=mask, other=0.0).to(ACC) + offset)
+            y = y * (tl.load(W + cols * stride_w, mask=mask, other=0.0).to(ACC) + offset)
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Pass 1: sum of squares, chunk by chunk (and write x + residual on the way).
@@ -94,8 +98,10 @@ def rmsnorm_forward_kernel(
             else:
                 x = tl.load(x_row + c, mask=mask, other=0.0).to(ACC)
             y = x * rstd
+            if LLAMA:
+                y = y.to(X.dtype.element_ty).to(ACC)
             if HAS_WEIGHT:
-                y = y * (tl.load(W + c, mask=mask, other=0.0).to(ACC) + offset)
+                y = y * (tl.load(W + c * stride_w, mask=mask, other=0.0).to(ACC) + offset)
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + row, rstd)
 
@@ -111,6 +117,7 @@ def rmsnorm_forward_rows_kernel(
     RSTD,  # pointer to the inverse RMS per row (M,), ACC dtype
     stride_x,
     stride_res,
+    stride_w,  # elements between two values of W
     M,  # number of rows
     N,  # data width
     eps,
@@ -119,6 +126,7 @@ def rmsnorm_forward_rows_kernel(
     offset_lo,
     HAS_WEIGHT: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
+    LLAMA: tl.constexpr,  # round x * r to X's dtype before the weight
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,  # >= N, a power of two
     ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
@@ -140,8 +148,10 @@ def rmsnorm_forward_rows_kernel(
         x = h.to(ACC)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
     y = x * rstd[:, None]
+    if LLAMA:
+        y = y.to(X.dtype.element_ty).to(ACC)
     if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(ACC) + offset
+        w = tl.load(W + cols * stride_w, mask=col_mask, other=0.0).to(ACC) + offset
         y = y * w[None, :]
     tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -155,6 +165,7 @@ def rmsnorm_row_dot_kernel(
     MEAN_UX,  # pointer to the output mean(u * x) per row (M,), ACC dtype
     stride_dy,
     stride_x,
+    stride_w,  # elements between two values of W
     N,  # data width
     offset,  # u = dy * (offset + w): float32 high part ...
     offset_lo,  # ... and low part
@@ -173,7 +184,7 @@ def rmsnorm_row_dot_kernel(
         x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
         u = tl.load(DY + row * stride_dy + c, mask=mask, other=0.0).to(ACC)
         if HAS_WEIGHT:
-            u = u * (tl.load(W + c, mask=mask, other=0.0).to(ACC) + offset)
+            u = u * (tl.load(W + c * stride_w, mask=mask, other=0.0).to(ACC) + offset)
         sum_ux += u * x
     tl.store(MEAN_UX + row, tl.sum(sum_ux, axis=0) / N)
 
@@ -245,6 +256,7 @@ def rmsnorm_backward_kernel(
     stride_dy,  # elements between two rows of DY
     stride_x,  # elements between two rows of X
     stride_dh,  # elements between two rows of DH
+    stride_w,  # elements between two values of W
     M,  # number of rows
     N,  # data width
     rows_per_program,  # program (p, q) owns rows [p * rows_per_program, (p + 1) * rows_per_program)
@@ -252,6 +264,7 @@ def rmsnorm_backward_kernel(
     offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
+    LLAMA: tl.constexpr,  # the forward rounded x * r to X's dtype: dweight sums dy * that value
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,  # dweight accumulation dtype over this program's rows (registers)
     BLOCK: tl.constexpr,  # columns per program: the whole row when ONE_TILE
@@ -280,7 +293,7 @@ def rmsnorm_backward_kernel(
         rstd = tl.load(RSTD + row)
         if HAS_WEIGHT:
             # Re-read per row (an L1/L2 hit) instead of pinning BLOCK more registers.
-            u = dy * (tl.load(W + cols, mask=mask, other=0.0).to(ACC) + offset)
+            u = dy * (tl.load(W + cols * stride_w, mask=mask, other=0.0).to(ACC) + offset)
         else:
             u = dy
         if ONE_TILE:
@@ -292,9 +305,14 @@ def rmsnorm_backward_kernel(
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
-            # float32: for 16-bit inputs dy * x is exact, the product with rstd rounds once;
-            # float64: every term is exact up to rstd's own rounding.
-            dw += (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
+            if LLAMA:
+                # The weight multiplied the normalised value rounded to X's dtype: so does dw.
+                xr = (x * rstd).to(X.dtype.element_ty)
+                dw += dy.to(DW_ACC) * xr.to(DW_ACC)
+            else:
+                # float32: for 16-bit inputs dy * x is exact, the product with rstd rounds once;
+                # float64: every term is exact up to rstd's own rounding.
+                dw += (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
     if HAS_WEIGHT:
         # Partials meet in float64: the sum adds no visible error, whatever the number of groups.
         if TREE:

@@ -87,8 +87,12 @@ TREE_ALWAYS_N = 1024
 SUM_BLOCK_G = 32
 SUM_BLOCK_N = 128
 
-#: Inputs copied because their layout could not be read in place (see ``as_rows``).
-COPIES = {"x": 0, "residual": 0, "dy": 0}
+#: Inputs copied because their layout could not be read in place (see ``as_rows`` and
+#: ``weight_of``).
+COPIES = {"x": 0, "residual": 0, "dy": 0, "weight": 0}
+#: Weights are read with their own stride while every offset ``(N - 1) * stride`` fits in int32
+#: (the kernels' column offsets are int32); a wider spread is copied once (``COPIES["weight"]``).
+_INT32_MAX = 2**31 - 1
 
 FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
@@ -105,8 +109,23 @@ def split_float(value: float) -> tuple[float, float]:
     return hi, value - hi
 
 
-def _acc_dtype(out_dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if out_dtype == torch.float64 else torch.float32
+def _acc_dtype(x_dtype: torch.dtype) -> torch.dtype:
+    """The kernels' math: float64 for float64 ``x``, float32 otherwise."""
+    return torch.float64 if x_dtype == torch.float64 else torch.float32
+
+
+def weight_of(weight: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
+    """``(weight, stride)`` as the kernels read it: in place with its own stride (a step slice, a
+    matrix column, ``expand``'s stride 0), or a counted copy when its offsets overflow int32."""
+    if weight is None:
+        return None, 1
+    stride = weight.stride(0)
+    if stride == 1 or weight.shape[0] == 1:
+        return weight, 1
+    if stride * (weight.shape[0] - 1) > _INT32_MAX:
+        COPIES["weight"] += 1
+        return weight.contiguous(), 1
+    return weight, stride
 
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
@@ -259,17 +278,20 @@ def launch_forward(
     *,
     stride_x: int | None = None,
     stride_res: int | None = None,
+    llama: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Rows in: ``(y, h or None, rstd (M,) ACC)`` out; ``y`` (``out_dtype``) and ``h``
     (``x2.dtype``) are contiguous with ``x2``'s shape.
 
     ``x2``: ``(M, N)`` with unit column stride, or any ``[..., N]`` whose rows are ``stride_x``
     elements apart (a contiguous tensor: ``stride_x = N``); the same for ``residual2``.
+    ``weight``: ``(N,)`` with any stride. ``llama``: round ``x * r`` to ``x2.dtype`` before the
+    weight (see :func:`output_dtype`).
     """
     n = x2.shape[-1]
     m = x2.numel() // n
     sx = x2.stride(0) if stride_x is None else stride_x
-    acc = torch.float64 if out_dtype == torch.float64 else torch.float32
+    acc = _acc_dtype(x2.dtype)
     y = _empty_out(x2, out_dtype)
     h = None if residual2 is None else _empty_out(x2, x2.dtype)
     rstd = torch.empty((m,), device=x2.device, dtype=acc)
@@ -280,34 +302,35 @@ def launch_forward(
     if rows_kernel:
         rows_or_one_pass, warps = _fwd_rows(m, rows_or_one_pass, warps, index)
     floats = (*split_float(eps), *split_float(offset))
+    weight, sw = weight_of(weight)
     has_w, has_r = weight is not None, residual2 is not None
     w = weight if has_w else x2
     if has_r:
         r, sr = residual2, (residual2.stride(0) if stride_res is None else stride_res)
     else:
         r, sr = x2, 0
-    consts = (has_w, has_r, _TL_DTYPES[acc], block, rows_or_one_pass)
+    consts = (has_w, has_r, llama, _TL_DTYPES[acc], block, rows_or_one_pass)
     if rows_kernel:
         FORWARD_ROWS.launch(
             (-(-m // rows_or_one_pass),),  # ceil division (triton.cdiv is slow to call)
-            (x2, r, w, y, h if has_r else y, rstd, sx, sr, m, n),
+            (x2, r, w, y, h if has_r else y, rstd, sx, sr, sw, m, n),
             floats,
             consts,
             warps,
             1,
             index,
-            (x2, r, w, out_dtype, sx, sr, m, n),  # y, h, rstd: fresh, dtypes given
+            (x2, r, w, out_dtype, sx, sr, sw, m, n),  # y, h, rstd: fresh, dtypes given
         )
     else:
         FORWARD.launch(
             (m,),
-            (x2, r, w, y, h if has_r else y, rstd, sx, sr, n),
+            (x2, r, w, y, h if has_r else y, rstd, sx, sr, sw, n),
             floats,
             consts,
             warps,
             1,
             index,
-            (x2, r, w, out_dtype, sx, sr, n),  # y, h, rstd: fresh, dtypes given
+            (x2, r, w, out_dtype, sx, sr, sw, n),  # y, h, rstd: fresh, dtypes given
         )
     return y, h, rstd
 
@@ -324,15 +347,21 @@ def launch_backward(
     stride_dy: int | None = None,
     stride_x: int | None = None,
     stride_dh: int | None = None,
+    llama: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows in: ``(dx, dweight (N,) weight.dtype or None)`` out; ``dx`` (``dx_dtype``) is
-    contiguous with ``dy2``'s shape. Rows and strides as in :func:`launch_forward`."""
+    contiguous with ``dy2``'s shape. Rows and strides as in :func:`launch_forward`; ``llama``
+    as the forward's (dweight sums ``dy`` times ``x * r`` rounded to ``x2.dtype``)."""
     n = x2.shape[-1]
     m = rstd.numel()
     dx = _empty_out(dy2, dx_dtype)
+    weight_in = weight
+    weight, sw = weight_of(weight)
     has_w = weight is not None
     if m == 0:
-        return dx, (torch.zeros_like(weight) if has_w else None)
+        return dx, (
+            torch.zeros(weight_in.shape, device=dx.device, dtype=weight_in.dtype) if has_w else None
+        )
     sdy = dy2.stride(0) if stride_dy is None else stride_dy
     sx = x2.stride(0) if stride_x is None else stride_x
     acc = rstd.dtype
@@ -347,13 +376,13 @@ def launch_backward(
         mean_ux = torch.empty_like(rstd)
         ROW_DOT.launch(
             (m,),
-            (dy2, x2, w, mean_ux, sdy, sx, n),
+            (dy2, x2, w, mean_ux, sdy, sx, sw, n),
             offsets,
             (has_w, _TL_DTYPES[acc], ROW_DOT_BLOCK),
             ROW_DOT_WARPS,
             1,
             index,
-            (dy2, x2, w, sdy, sx, n),  # mean_ux: fresh
+            (dy2, x2, w, sdy, sx, sw, n),  # mean_ux: fresh
         )
     dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
     if has_w:
@@ -368,17 +397,17 @@ def launch_backward(
         dh, sdh = dy2, 0
     BACKWARD.launch(
         (groups, tiles),
-        (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters, sdy, sx, sdh, m, n)
+        (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)
         + (rows_per_program,),
         offsets,
-        (has_w, dh2 is not None, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
+        (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
         + (BWD_STAGES, tree),
         warps,
         1,
         index,
         # dx, dw, partial, counters: fresh (or cached zeros) with given dtypes, or placeholders
         # (rstd, dy2); mean_ux is rstd or fresh
-        (dy2, x2, w, rstd, dh, dx_dtype, sdy, sx, sdh, m, n, rows_per_program),
+        (dy2, x2, w, rstd, dh, dx_dtype, sdy, sx, sdh, sw, m, n, rows_per_program),
     )
     if has_w and not tree:
         DW_SUM.launch(
@@ -394,11 +423,16 @@ def launch_backward(
     return dx, (dw if has_w else None)
 
 
-def output_dtype(x: torch.Tensor, weight: torch.Tensor | None) -> torch.dtype:
-    """``F.rms_norm``'s rule (torch 2.11-2.13): ``x.dtype``, whatever the weight's dtype.
+def output_dtype(x: torch.Tensor, weight: torch.Tensor | None, llama: bool = False) -> torch.dtype:
+    """The output dtype of each rounding rule.
 
-    The weight is read in its own dtype and upcast; only the result is rounded to ``x.dtype``.
+    - default, ``F.rms_norm``'s rule (torch 2.11-2.13): ``x.dtype`` whatever the weight's dtype;
+      the weight is read in its own dtype and upcast, only the result is rounded to ``x.dtype``.
+    - ``llama`` (Hugging Face's ``LlamaRMSNorm``): ``x * r`` is rounded to ``x.dtype``, then
+      multiplied by the weight in ``torch.promote_types(weight.dtype, x.dtype)``, the output dtype.
     """
+    if llama and weight is not None:
+        return torch.promote_types(weight.dtype, x.dtype)
     return x.dtype
 
 
@@ -423,7 +457,7 @@ def backward_op(
             f"(got {tuple(dy.shape)} on {dy.device})"
         )
     m = x.numel() // x.shape[-1]
-    if rstd.shape != (m,) or rstd.dtype != _acc_dtype(output_dtype(x, weight)):
+    if rstd.shape != (m,) or rstd.dtype != _acc_dtype(x.dtype):
         raise ContractValueError(
             f"rstd must be forward_op's (M,) = ({m},) inverse RMS (got {rstd.shape})"
         )

@@ -55,14 +55,41 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_fwd.default, (x, w, r, 1e-6, 1.0))
 
 
-def test_double_backward_refused_in_compiled_path(device):
+def test_double_backward_through_the_op(device):
+    """Eagerly, the op's backward is differentiable (the exact PyTorch-ops formula); compiled, the
+    first-order backward runs the kernels and differentiating it again is torch's clear error."""
     x = torch.randn(3, 8, device=device, dtype=torch.float64, requires_grad=True)
     w = torch.randn(8, device=device, dtype=torch.float64, requires_grad=True)
     y, _, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)
     (gx,) = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    got = torch.autograd.grad(gx.sin().sum(), (x, w))
+    (gx_ref,) = torch.autograd.grad(
+        rk.rmsnorm_reference(x, w, 1e-6).pow(2).sum(), x, create_graph=True
+    )
+    want = torch.autograd.grad(gx_ref.sin().sum(), (x, w))
+    for a, b, name in zip(got, want, ("dx", "dweight"), strict=True):
+        assert_close(a, b, torch.float64, name)
+
+    torch._dynamo.reset()
+    xf, wf = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    compiled = torch.compile(lambda a, b: rk.rmsnorm(a, b, 1e-6).square().sum(), fullgraph=True)
+    rk.reset_calls()
+    (gx,) = torch.autograd.grad(compiled(xf, wf), xf, create_graph=True)
+    assert rk.CALLS == {"forward": 1, "backward": 1}, "compiled: the kernels, forward and backward"
     try:
-        gx.sum().backward()
+        torch.autograd.grad(gx.square().sum(), wf)
     except RuntimeError as err:
         assert "double backward" in str(err)
     else:
-        raise AssertionError("double backward through the op must raise")
+        raise AssertionError("double backward through a compiled graph must raise")
+
+    # The backward op itself is not differentiable: a clear error, never a silent zero.
+    rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)[2]
+    dy = torch.randn_like(x, requires_grad=True)
+    dx, _ = torch.ops.rmsnorm_kernel.rmsnorm_bwd(dy, None, x.detach(), w.detach(), rstd, 0.0)
+    try:
+        dx.sum().backward()
+    except RuntimeError as err:
+        assert "rmsnorm_bwd" in str(err) and "double backward" in str(err)
+    else:
+        raise AssertionError("differentiating rmsnorm_bwd must raise")

@@ -1,5 +1,6 @@
 """The extended contract: leading dims, row strides without copies, M = 0, long rows, no weight,
-offset, fused residual, mixed weight dtype, fp64 gradcheck, double backward refused."""
+offset, fused residual, mixed weight dtype, fp64 gradcheck, double backward (more in
+test_double_backward.py)."""
 
 from __future__ import annotations
 
@@ -207,9 +208,14 @@ def test_gradcheck_residual_offset_fp64(device):
     assert torch.autograd.gradcheck(fn, (x, r, w))
 
 
-def test_double_backward_is_refused(device):
+def test_double_backward_matches_the_reference(device):
+    """Differentiating the gradient gives the float64 reference's second derivatives (issue 15,
+    item 10: it used to raise, and to give no gradient with allow_unused)."""
     x = torch.randn(3, 8, device=device, dtype=torch.float64, requires_grad=True)
     w = torch.randn(8, device=device, dtype=torch.float64, requires_grad=True)
-    (gx,) = torch.autograd.grad(rk.rmsnorm(x, w, 1e-6).pow(2).sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="differentiate twice|double backward"):
-        gx.sum().backward()
+    grads = []
+    for fn in (rk.rmsnorm, rk.rmsnorm_reference):
+        (gx,) = torch.autograd.grad(fn(x, w, 1e-6).pow(2).sum(), x, create_graph=True)
+        grads.append(torch.autograd.grad(gx.sin().sum(), (x, w)))
+    for got, want, name in zip(*grads, ("dx", "dweight"), strict=True):
+        assert_close(got, want, torch.float64, name)

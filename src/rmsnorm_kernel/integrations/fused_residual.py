@@ -10,9 +10,9 @@ A Llama decoder layer computes (transformers' source, statement for statement)::
 With ``fuse_residual=True`` the middle two lines become ``rmsnorm(attn, w, eps, residual=r)``,
 which writes ``attn + r`` and normalises it in the same pass. The numbers are the layer's own:
 the sum is rounded to the promoted dtype of its operands (as ``residual + h``), and the norm of
-that rounded sum follows the norm's rule: Llama's (the weight applied after rounding ``x * r`` to
-the input dtype, by the same multiplication, whenever that differs from one rounding) or Gemma's
-(``offset=1``, one rounding). float64 states, which both normalise in float32, are added and
+that rounded sum follows the norm's rule: Llama's (``rounding="llama"``: ``x * r`` rounded to the
+input dtype, then the weight in the promoted dtype, inside the kernel) or Gemma's (``offset=1``,
+one rounding). float64 states, which both normalise in float32, are added and
 normalised unfused. Gemma (1) decoder layers have exactly Llama's forward.
 
 Only classes whose ``forward`` is one of the two sources below (transformers 5.17's and the later
@@ -90,8 +90,8 @@ def add_norm(norm: nn.Module, x: torch.Tensor, residual: torch.Tensor):
     if rule != "llama":
         raise TypeError(f"add_norm: {type(norm).__name__} is not a norm patched with a known rule")
     eps = norm.variance_epsilon
-    if dtype == torch.float32 and weight.dtype != torch.float64:
-        return rmsnorm(x, weight, eps, residual=residual)  # one rounding, as Llama's for fp32
+    if weight.dtype != torch.float64:  # Llama's two roundings, in the kernel
+        return rmsnorm(x, weight, eps, residual=residual, rounding="llama")
     normed, h = rmsnorm(x, None, eps, residual=residual)  # x * r rounded to the input dtype
     return weight * normed, h
 

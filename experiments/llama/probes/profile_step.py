@@ -1,0 +1,113 @@
+"""Where a Llama training step's time goes, per variant: torch.profiler over a few steps of HF
+LlamaForCausalLM (built from a config on the GPU, bf16, SDPA; fwd + bwd + AdamW), eager or under
+torch.compile, with HF's own norm or the project's patch.
+
+Prints, per variant: wall time per step, GPU kernel time per step, their gap (host/launch time
+the GPU waited), the kernels whose names mention a norm, and the top kernels by GPU time. Run on a
+GPU box from the repo root:
+    PYTHONPATH=src python3 experiments/llama/probes/profile_step.py H LAYERS BATCH SEQ VARIANT...
+VARIANT: hf | ours | ours_fused | liger, each optionally suffixed ``+compile``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rmsnorm_kernel.integrations.transformers import patch
+
+hidden, layers, batch, seq = (int(a) for a in sys.argv[1:5])
+variants = sys.argv[5:] or ["hf", "ours", "hf+compile", "ours+compile"]
+cfg = LlamaConfig(
+    vocab_size=32000,
+    hidden_size=hidden,
+    intermediate_size=int(hidden * 8 / 3) // 256 * 256,
+    num_hidden_layers=layers,
+    num_attention_heads=hidden // 128,
+    num_key_value_heads=8,
+    max_position_embeddings=seq,
+    attn_implementation="sdpa",
+)
+ids = torch.randint(0, 32000, (batch, seq), device="cuda")
+
+
+def liger_swap(m):
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
+    for mod in list(m.modules()):
+        for cname, child in list(mod.named_children()):
+            if type(child).__name__ == "LlamaRMSNorm":
+                new = LigerRMSNorm(
+                    child.weight.shape[0],
+                    eps=child.variance_epsilon,
+                    offset=0.0,
+                    casting_mode="llama",
+                    init_fn="ones",
+                )
+                new.weight = child.weight
+                setattr(mod, cname, new)
+
+
+def step(run, opt):
+    out = run(ids, labels=ids)
+    out.loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+results = {}
+for variant in variants:
+    name, _, mode = variant.partition("+")
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    if name == "ours":
+        patch(model)
+    elif name == "ours_fused":
+        patch(model, fuse_residual=True)
+    elif name == "liger":
+        liger_swap(model)
+    run = torch.compile(model) if mode == "compile" else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+
+    for _ in range(4):
+        step(run, opt)
+    torch.cuda.synchronize()
+    steps = 3
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(run, opt)
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    gpu = sum(e.self_device_time_total for e in kernels) / steps / 1e3
+    norm_like = [
+        e
+        for e in kernels
+        if any(k in e.key.lower() for k in ("rms", "norm", "rsqrt", "pow_mean", "mean"))
+    ]
+    top = sorted(kernels, key=lambda e: -e.self_device_time_total)[:12]
+    results[variant] = {
+        "wall_ms": wall * 1e3,
+        "gpu_ms": gpu,
+        "norm_kernels_ms": sum(e.self_device_time_total for e in norm_like) / steps / 1e3,
+        "kernel_launches_per_step": sum(e.count for e in kernels) / steps,
+    }
+    print(
+        f"== {variant}: wall {wall * 1e3:.2f} ms/step, GPU kernels {gpu:.2f} ms/step, "
+        f"launches {results[variant]['kernel_launches_per_step']:.0f}/step",
+        flush=True,
+    )
+    for label, events in (("norm-like", norm_like[:10]), ("top", top)):
+        for e in events:
+            ms = e.self_device_time_total / steps / 1e3
+            print(f"   {label:9s} {ms:8.3f} ms x{e.count // steps:4d} {e.key[:90]}")
+    del run, model, opt
+    torch.cuda.empty_cache()
+print(json.dumps(results, indent=1))

@@ -1,0 +1,83 @@
+"""The first-order backward written in PyTorch ops, so that autograd can differentiate it again.
+
+The Triton backward is a black box to autograd: its dx and dweight carry no graph. When a graph is
+being built through the backward (``create_graph=True``: gradient penalties, Hessian-vector
+products, ``torch.autograd.gradgradcheck``), :mod:`rmsnorm_kernel.function` calls
+:func:`differentiable_backward` instead, which recomputes the inverse RMS from the saved input
+with autograd tracking. Ordinary training (no ``create_graph``) never comes here.
+
+Math, per row of ``N`` values (``h`` is x, or the returned x + residual; ``s = offset + w``)::
+
+    r  = 1 / sqrt(mean(h**2) + eps)
+    n  = h * r                                  # the normalised row; y = n * s
+    u  = dy * s
+    dx = r * (u - n * mean(u * n))  (+ dh)      # = r*u - h*r**3*mean(u*h): the kernels' formula
+    dw = sum_rows(dy * n)
+
+This is the exact gradient of the forward as a function of ``(dy, dh, h, w)``, so its own
+gradients are the exact second derivatives. Everything is computed in the kernels' accumulation
+dtype (float64 for float64 outputs, else float32) and rounded to x's / the weight's dtype at the
+end, as the kernels do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Passes through :func:`differentiable_backward` (the kernels' passes are counted in
+#: ``rmsnorm_kernel.CALLS``, which this path leaves alone).
+CALLS = {"differentiable_backward": 0}
+
+
+def graph_needed(*tensors: torch.Tensor | None) -> bool:
+    """Whether a backward must build a graph: grad mode is on inside the backward (the caller
+    asked for ``create_graph=True``) and one of the backward's inputs requires grad."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def differentiable_backward(
+    dy: torch.Tensor,
+    dh: torch.Tensor | None,
+    saved: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    offset: float,
+    x_dtype: torch.dtype,
+    acc_dtype: torch.dtype | None = None,
+    llama: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(dx [..., N] in x_dtype, dweight (N,) in weight.dtype or None)``, differentiable.
+
+    Args:
+        dy: upstream gradient of ``y``, ``[..., N]`` (any layout).
+        dh: upstream gradient of the returned ``x + residual``, or ``None``.
+        saved: the normalised input as autograd knows it: ``x`` itself (an input of the
+            forward), or the returned ``x + residual`` (an output: its gradient flows back through
+            the forward's node to x and residual).
+        weight: ``(N,)`` or ``None``; the forward's input itself, so gradients reach it.
+        eps, offset: the forward's.
+        x_dtype: x's dtype: dx's, and what ``llama`` rounds to.
+        acc_dtype: the kernels' accumulation dtype (the saved rstd's dtype); default: float64 for
+            float64 x, else float32.
+        llama: the forward rounded ``n`` to ``x_dtype`` before the weight (Llama's rule): the
+            weight's gradient sums ``dy * round(n)``, and the rounding is straight-through for dx.
+    """
+    CALLS["differentiable_backward"] += 1
+    acc = acc_dtype
+    if acc is None:
+        acc = torch.float64 if x_dtype == torch.float64 else torch.float32
+    h = saved.to(acc)
+    r = torch.rsqrt(h.square().mean(-1, keepdim=True) + eps)  # (..., N) -> (..., 1)
+    n = h * r
+    n_w = n  # the value the weight multiplied in the forward
+    if llama:  # rounded to x's dtype, straight-through (the rounding's derivative taken as 1)
+        n_w = n + (n.to(x_dtype).to(acc) - n).detach()
+    g = dy.to(acc)
+    u = g if weight is None else g * (weight.to(acc) + offset)
+    dx = r * (u - n * (u * n).mean(-1, keepdim=True))
+    if dh is not None:
+        dx = dx + dh.to(acc)
+    dw = None
+    if weight is not None:
+        dw = (g * n_w).reshape(-1, h.shape[-1]).sum(0).to(weight.dtype)  # a sum over rows
+    return dx.to(x_dtype), dw

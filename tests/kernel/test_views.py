@@ -1,0 +1,136 @@
+"""Every input may be a view: weight, x, residual and dy are read with their own strides (or
+copied once, counted in ``COPIES``), never as if contiguous.
+
+Each case builds the input as a view of a leaf ``base`` (a step slice, ``expand``'s stride 0, a
+matrix column, ``as_strided``, a transpose), runs forward and backward, and checks y and the
+gradient that reaches ``base`` (through the view's own backward) against float64 autograd through
+the reference on the same view of ``base.double()``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_helpers import assert_close
+
+import rmsnorm_kernel as rk
+
+N = 40
+M = 6
+
+#: weight views: ``(base shape, view of base -> (N,))``.
+WEIGHT_VIEWS = {
+    "step": ((2 * N,), lambda b: b[::2]),
+    "expand": ((1,), lambda b: b.expand(N)),
+    "column": ((N, 3), lambda b: b[:, 1]),
+    "as_strided": ((3 * N,), lambda b: b.as_strided((N,), (3,), 2)),
+    "reversed_steps": ((N, 2), lambda b: b.t()[1]),
+}
+#: x / residual / dy views: ``(base shape, view of base -> (M, N))``.
+ROW_VIEWS = {
+    "contiguous": ((M, N), lambda b: b),
+    "step_last_dim": ((M, 2 * N), lambda b: b[:, ::2]),
+    "expand_rows": ((N,), lambda b: b.expand(M, N)),
+    "transpose": ((N, M), lambda b: b.t()),
+    "overlapping_rows": ((M * 7 + N,), lambda b: b.as_strided((M, N), (7, 1))),
+    "row_step": ((2 * M, N + 5), lambda b: b[::2, 3 : 3 + N]),
+}
+
+
+def _leaf(shape, device, dtype=torch.float32):
+    return torch.randn(shape, device=device, dtype=dtype).requires_grad_()
+
+
+def _reference(x, w, eps, residual=None):
+    h = x if residual is None else x + residual
+    return rk.rmsnorm_reference(h, w, eps)
+
+
+@pytest.mark.parametrize("kind", list(WEIGHT_VIEWS))
+def test_weight_view_forward_and_gradients(kind, device):
+    shape, view = WEIGHT_VIEWS[kind]
+    base = _leaf(shape, device)
+    w = view(base)
+    assert w.shape == (N,) and not w.is_contiguous()
+    x = _leaf((M, N), device)
+    dy = torch.randn(M, N, device=device)
+    copies = dict(rk.COPIES)
+    y = rk.rmsnorm(x, w, 1e-6)
+    y.backward(dy)
+    assert rk.COPIES == copies, "a weight view must be read in place"
+
+    base64 = base.detach().double().requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    y64 = _reference(x64, view(base64), 1e-6)
+    y64.backward(dy.double())
+    assert_close(y, y64, torch.float32, f"y ({kind} weight)")
+    assert_close(x.grad, x64.grad, torch.float32, f"dx ({kind} weight)")
+    assert_close(base.grad, base64.grad, torch.float32, f"dweight into the base ({kind})")
+
+
+@pytest.mark.parametrize("kind", list(ROW_VIEWS))
+@pytest.mark.parametrize("which", ["x", "residual", "dy"])
+def test_row_views_forward_and_gradients(kind, which, device):
+    shape, view = ROW_VIEWS[kind]
+    w_base = _leaf((N,), device)
+    tensors = {
+        name: (_leaf(shape, device) if name == which else _leaf((M, N), device))
+        for name in ("x", "residual")
+    }
+    x = view(tensors["x"]) if which == "x" else tensors["x"]
+    res = view(tensors["residual"]) if which == "residual" else tensors["residual"]
+    dy_base = torch.randn(shape if which == "dy" else (M, N), device=device)
+    dy = view(dy_base) if which == "dy" else dy_base
+    dh = torch.randn(M, N, device=device)
+
+    y, h = rk.rmsnorm(x, w_base, 1e-6, residual=res)
+    torch.autograd.backward([y, h], [dy, dh])
+
+    leaves64 = {k: t.detach().double().requires_grad_() for k, t in tensors.items()}
+    w64 = w_base.detach().double().requires_grad_()
+    x64 = view(leaves64["x"]) if which == "x" else leaves64["x"]
+    r64 = view(leaves64["residual"]) if which == "residual" else leaves64["residual"]
+    h64 = x64 + r64
+    y64 = rk.rmsnorm_reference(h64, w64, 1e-6)
+    torch.autograd.backward([y64, h64], [dy.double(), dh.double()])
+    what = f"{which} as a {kind} view"
+    assert_close(y, y64, torch.float32, f"y ({what})")
+    assert_close(h, h64, torch.float32, f"h ({what})")
+    for name in ("x", "residual"):
+        assert_close(tensors[name].grad, leaves64[name].grad, torch.float32, f"d{name} ({what})")
+    assert_close(w_base.grad, w64.grad, torch.float32, f"dweight ({what})")
+
+
+@pytest.mark.parametrize("kind", ["step", "expand", "column"])
+def test_weight_view_llama_rounding(kind, device):
+    """The Llama rounding mode reads weight views with their stride too (fp16: exact on CPU)."""
+    shape, view = WEIGHT_VIEWS[kind]
+    w = view(torch.randn(shape, device=device, dtype=torch.float16))
+    x = torch.randn(M, N, device=device, dtype=torch.float16)
+    y = rk.rmsnorm(x, w, 1e-6, rounding="llama")
+    expected = rk.rmsnorm(x, w.contiguous(), 1e-6, rounding="llama")
+    assert torch.equal(y, expected)
+
+
+def test_expanded_weight_on_a_wide_row(device):
+    """stride 0 over 2**20 columns: read the one value, never 2**20 of them (a segfault before)."""
+    n = 1 << 20
+    w = torch.tensor([1.5], device=device).expand(n)
+    x = torch.randn(1, n, device=device)
+    y = rk.rmsnorm(x, w, 1e-6)
+    expected = rk.rmsnorm_reference(x.double(), w.double(), 1e-6)
+    assert_close(y, expected, torch.float32, "y with an expanded weight, N = 2**20")
+
+
+def test_weight_offsets_past_int32_are_copied_once(device, monkeypatch):
+    """A stride whose offsets overflow int32 is copied once, and counted."""
+    from rmsnorm_kernel import ops
+
+    monkeypatch.setattr(ops, "_INT32_MAX", 2 * N)  # the rule, at a size a test can allocate
+    base = torch.randn(N, 3, device=device)
+    w = base[:, 1]  # stride 3: (N - 1) * 3 > 2N
+    x = torch.randn(M, N, device=device)
+    before = rk.COPIES["weight"]
+    y = rk.rmsnorm(x, w, 1e-6)
+    assert rk.COPIES["weight"] == before + 1
+    assert_close(y, rk.rmsnorm_reference(x.double(), w.double(), 1e-6), torch.float32, "y")
