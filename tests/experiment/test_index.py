@@ -1,9 +1,13 @@
-"""checkpoints/index.json under concurrent writers: every entry kept, never a torn file."""
+"""checkpoints/index.json under concurrent writers: every entry kept, never a torn file; a failed
+write leaves the old index and no temporary file."""
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing as mp
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +49,50 @@ def test_an_entry_is_never_replaced(tmp_path):
         with pytest.raises(index.IndexFileError, match="already lists a.safetensors"):
             index.add_entry(tmp_path, "a.safetensors", {"sha256": "2"})
     assert index.read_index(tmp_path)["a.safetensors"]["sha256"] == "1"
+
+
+def test_a_failed_rename_leaves_no_tmp_and_the_old_index(tmp_path, monkeypatch):
+    with index.locked(tmp_path):
+        index.add_entry(tmp_path, "a.safetensors", {"sha256": "1"})
+    before = (tmp_path / "index.json").read_bytes()
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(index.os, "replace", no_space)
+    with index.locked(tmp_path), pytest.raises(OSError, match="No space left"):
+        index.add_entry(tmp_path, "b.safetensors", {"sha256": "2"})
+    assert list(tmp_path.glob("index.json.*.tmp")) == []
+    assert (tmp_path / "index.json").read_bytes() == before
+
+
+_FULL_DISK = """
+import importlib.util, json, resource, signal, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("index_under_test", sys.argv[1])
+index = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(index)
+folder = Path(sys.argv[2])
+index.add_entry(folder, "a.safetensors", {"sha256": "1"})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+try:
+    index.add_entry(folder, "b.safetensors", {"run_dir": "x" * 10_000})
+    print("no error")
+except OSError as e:
+    print(f"OSError errno {e.errno}")
+"""
+
+
+def test_a_write_that_fails_midway_leaves_no_tmp_and_the_old_index(tmp_path):
+    """A real failing write (the file-size limit stands in for a full disk), in a subprocess."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _FULL_DISK, index.__file__, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"OSError errno {errno.EFBIG}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json"]
+    assert list(index.read_index(tmp_path)) == ["a.safetensors"]

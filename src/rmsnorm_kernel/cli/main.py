@@ -85,13 +85,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "check-checkpoints",
         help="exported checkpoints reload bit for bit: the code of `make reload-check` "
-        "(its arguments: --ckpt PATH, --root DIR)",
+        "(its arguments: --ckpt PATH, --root DIR, --device cpu)",
         add_help=False,
     )
     p = add("clean", "delete generated files under outputs/ and checkpoints/", overrides=False)
     p.add_argument("--scope", choices=["generated"], required=True)
     p.add_argument("--dry-run", action="store_true", help="list, delete nothing")
-    p.add_argument("--root", type=Path, default=Path.cwd(), help="project root (default: cwd)")
+    p.add_argument(
+        "--root", type=Path, default=None, help="must be this project's root (default: found)"
+    )
     add(
         "check-environment",
         "initialise CUDA and launch the kernel once (or the interpreter)",

@@ -20,6 +20,13 @@ and string metadata, every field checked on load against a fixed rule (unknown f
 name imported from the file), loads the weights and requires the recomputed predictions to be
 bitwise identical to the stored ones. Predictions are only bitwise-reproducible on the device
 type that made them, so verification runs there (and refuses otherwise).
+
+Nothing is sized from the metadata before it is compared with the file: :func:`load_checkpoint`
+reads the safetensors header (names, dtypes, shapes; no tensor data), builds the described net on
+the ``meta`` device (no memory) and refuses any weight whose dtype or shape differs from the
+file's, so a small file claiming a huge net is refused in milliseconds. The ``net`` field may nest
+at most :data:`MAX_NET_DEPTH` levels. Files are written with their metadata keys sorted, so the
+same weights and metadata always give the same bytes (and sha256).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +54,21 @@ DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 METADATA_FIELDS = ("format", "net", "device", "norm", "seed", "config_hash")
 _HASH = re.compile(r"[0-9a-f]{12}")
 _SEED = re.compile(r"-?[0-9]{1,20}")
+#: How deep the ``net`` field's JSON may nest (a spec is a flat object of plain arguments).
+MAX_NET_DEPTH = 16
+#: safetensors' dtype names (the header's ``dtype``) of the dtypes a net's state_dict holds.
+_DTYPE_NAMES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
 
 
 class CheckpointError(RuntimeError):
@@ -112,7 +135,9 @@ def check_metadata(metadata: Mapping[str, str], where: str = "metadata") -> dict
     """
 
     def bad(field: str, rule: str) -> CheckpointError:
-        return CheckpointError(f"{where} field {field!r} {rule} (got {metadata.get(field)!r})")
+        return CheckpointError(
+            f"{where} field {field!r} {rule} (got {_short(metadata.get(field))})"
+        )
 
     unknown = sorted(set(metadata) - set(METADATA_FIELDS))
     if unknown:
@@ -129,6 +154,13 @@ def check_metadata(metadata: Mapping[str, str], where: str = "metadata") -> dict
         spec = json.loads(metadata["net"])
     except json.JSONDecodeError as e:
         raise bad("net", f"must be a JSON object ({e})") from e
+    except RecursionError as e:  # the parser's own limit (~1000 levels)
+        raise bad(
+            "net", f"must nest at most {MAX_NET_DEPTH} levels (nests too deep to parse)"
+        ) from e
+    depth = _depth(spec)
+    if depth > MAX_NET_DEPTH:
+        raise bad("net", f"must nest at most {MAX_NET_DEPTH} levels (nests {depth})")
     try:
         check_spec(spec, field=f"{where} field 'net'")
     except SpecError as e:
@@ -154,6 +186,54 @@ def check_metadata(metadata: Mapping[str, str], where: str = "metadata") -> dict
     }
 
 
+def _short(value: Any, limit: int = 120) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a crafted field may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _depth(value: Any) -> int:
+    """How many levels of lists/objects ``value`` nests (0 for a scalar), without recursion.
+
+    Stops counting past :data:`MAX_NET_DEPTH` (that is enough to refuse).
+    """
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            if deepest > MAX_NET_DEPTH:
+                return deepest
+            stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def sort_metadata(path: Path) -> None:
+    """Rewrite ``path``'s safetensors header in place with its metadata keys sorted.
+
+    safetensors keeps metadata in a hash map whose order changes from one call to the next, so
+    two files of the same weights and metadata would differ in bytes (and sha256). The tensor
+    entries are already in a fixed order; only ``__metadata__`` is reordered, and the header keeps
+    its length (its padding absorbs any difference), so the data offsets stay valid.
+    """
+    with open(path, "r+b") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        meta = header.pop("__metadata__", None)
+        if meta is None:
+            return
+        ordered = {"__metadata__": dict(sorted(meta.items())), **header}
+        text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(text) > size:
+            raise CheckpointError(
+                f"{path}: sorted header is {len(text)} bytes, longer than the {size} written"
+            )
+        f.seek(8)
+        f.write(text + b" " * (size - len(text)))
+
+
 def write_checkpoint(
     path: Path, net: nn.Module, test_inputs: torch.Tensor, metadata: Mapping[str, str]
 ) -> torch.Tensor:
@@ -170,37 +250,120 @@ def write_checkpoint(
     check_metadata(meta, where=str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path), metadata=meta)
+    sort_metadata(path)
     return predictions
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """``(tensors, checked metadata)`` of ``path``; :class:`CheckpointError` if it is unusable."""
+def read_header(path: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[int, ...]]]]:
+    """``(raw metadata, {tensor name: (dtype name, shape)})`` of ``path``; reads no tensor data."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
         with safe_open(str(path), framework="pt") as f:
             raw = dict(f.metadata() or {})
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+            header = {}
+            for name in f.keys():
+                piece = f.get_slice(name)
+                header[name] = (piece.get_dtype(), tuple(piece.get_shape()))
     except Exception as e:  # safetensors reports truncation as several error types
         raise CheckpointError(
             f"{path}: unreadable safetensors file, truncated or corrupt ({type(e).__name__}: {e})"
         ) from e
-    metadata = check_metadata(raw, where=str(path))
+    return raw, header
+
+
+def check_shapes(
+    path: Path, spec: Mapping[str, Any], header: Mapping[str, tuple[str, tuple[int, ...]]]
+) -> None:
+    """The weights ``spec`` describes must have exactly the dtypes and shapes in the file's header.
+
+    The net is built on the ``meta`` device (shapes only, no memory), so a spec claiming sizes the
+    file does not hold is refused before anything is allocated. Also requires the reserved
+    tensors, with as many predictions as test inputs.
+    """
     for key in (INPUTS, PREDICTIONS):
-        if key not in tensors:
+        if key not in header:
             raise CheckpointError(f"{path}: missing tensor {key!r}")
+    inputs, predictions = header[INPUTS][1], header[PREDICTIONS][1]
+    if not inputs or not predictions or inputs[0] != predictions[0]:
+        raise CheckpointError(
+            f"{path}: tensor {PREDICTIONS!r} {list(predictions)} must have one row per row of "
+            f"{INPUTS!r} {list(inputs)}"
+        )
+    try:
+        with torch.device("meta"):
+            skeleton = build_from_spec(spec, field=f"{path} field 'net'")
+        expected = {
+            name: (_DTYPE_NAMES.get(value.dtype, str(value.dtype)), tuple(value.shape))
+            for name, value in skeleton.state_dict().items()
+        }
+    except SpecError as e:
+        raise CheckpointError(str(e)) from e
+    except Exception as e:  # a builder's own argument checks
+        raise CheckpointError(
+            f"{path}: field 'net' does not describe a net ({type(e).__name__}: {e})"
+        ) from e
+    stored = {k: v for k, v in header.items() if k not in (INPUTS, PREDICTIONS)}
+    missing, unexpected = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: weights do not match the net it describes (missing {missing}, unexpected "
+            f"{unexpected}); refused before building it"
+        )
+    for name, (dtype, shape) in expected.items():
+        if stored[name] != (dtype, shape):
+            raise CheckpointError(
+                f"{path}: weights do not match the net it describes: tensor {name!r} is "
+                f"{stored[name][0]} {list(stored[name][1])} in the file, field 'net' needs "
+                f"{dtype} {list(shape)}; refused before building it"
+            )
+
+
+def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(tensors, checked metadata)`` of ``path``; :class:`CheckpointError` if it is unusable.
+
+    The metadata and the header's shapes are checked (:func:`check_shapes`) before any tensor is
+    read or any net is built.
+    """
+    path = Path(path)
+    raw, header = read_header(path)
+    metadata = check_metadata(raw, where=str(path))
+    check_shapes(path, metadata["spec"], header)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:
+        raise CheckpointError(
+            f"{path}: unreadable safetensors file, truncated or corrupt ({type(e).__name__}: {e})"
+        ) from e
     return tensors, metadata
 
 
-def resolve_device(recorded: str, device: str | None) -> torch.device:
-    """The device to verify on: ``device`` if given, else the one that made the predictions."""
+def resolve_device(recorded: str, device: str | None, path: Path | None = None) -> torch.device:
+    """The device to verify on: ``device`` if given, else the one that made the predictions.
+
+    With no CUDA here for a file made on cuda, the error gives the command that compares on the
+    CPU anyway (for ``path``).
+    """
     if device is not None:
-        return torch.device(device)
+        try:
+            chosen = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise CheckpointError(
+                f"device must be a torch device such as cpu (got {device!r})"
+            ) from e
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise CheckpointError(f"device {device!r}: no CUDA here")
+        return chosen
     if recorded == "cuda" and not torch.cuda.is_available():
+        command = "python -m rmsnorm_kernel.cli check-checkpoints --ckpt "
+        command += shlex.quote(str(path)) if path is not None else "FILE"
         raise CheckpointError(
             "predictions were made on cuda and bitwise reproduction needs the same device type; "
-            "no CUDA here (pass device='cpu' / --device cpu to compare anyway)"
+            "no CUDA here: verify on a CUDA machine, or compare on the CPU anyway with "
+            f"`{command} --device cpu` (other kernels: the predictions may differ in the last "
+            "bits, and the check then fails showing by how much)"
         )
     return torch.device(recorded)
 
@@ -226,12 +389,14 @@ def verify_checkpoint(
         the file on any mismatch.
     """
     path = Path(path)
-    tensors, metadata = load_checkpoint(path)
-    digest = sha256_of(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    digest = sha256_of(path)  # first: a file that is not the recorded one is not even parsed
     if sha256 is not None and digest != sha256:
         raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded {sha256}")
+    tensors, metadata = load_checkpoint(path)
     try:
-        target = resolve_device(metadata["device"], device)
+        target = resolve_device(metadata["device"], device, path)
     except CheckpointError as e:
         raise CheckpointError(f"{path}: {e}") from e
     weights = {k: v for k, v in tensors.items() if k not in (INPUTS, PREDICTIONS)}
@@ -254,7 +419,9 @@ def verify_checkpoint(
         changed = [k for k in weights if not bitwise_equal(reference[k], weights[k])]
         if changed:
             raise CheckpointError(f"{path}: tensors {changed} differ from the trained net's")
-    predictions = predict(net, tensors[INPUTS])
+    # A fresh copy: a tensor read from the file sits wherever the header put it (8-byte aligned),
+    # and CPU matmuls may round differently on unaligned inputs (seen: 6e-8 on a 5 x 4 input).
+    predictions = predict(net, tensors[INPUTS].clone())
     stored = tensors[PREDICTIONS]
     diff = max_abs_diff(predictions, stored)
     if not bitwise_equal(predictions.cpu(), stored):

@@ -1,6 +1,6 @@
 """Reload exported checkpoints into fresh models and require zero difference.
 
-``python -m rmsnorm_kernel.experiment.reload [--ckpt PATH ...] [--root checkpoints]``
+``python -m rmsnorm_kernel.experiment.reload [--ckpt PATH ...] [--root checkpoints] [--device D]``
 (``make reload-check [CKPT=path]``; ``python -m rmsnorm_kernel.cli check-checkpoints`` runs this
 same function): every file listed in ``<root>/index.json`` is verified, its sha256 included, and
 so is any ``*.safetensors`` under the root that the index does not list (reported as such). With
@@ -8,6 +8,13 @@ so is any ``*.safetensors`` under the root that the index does not list (reporte
 net is rebuilt from the plain arguments in the file's metadata through the allow-list of builders,
 loaded, and its test predictions must be bitwise identical to those stored at training time. A
 missing, truncated, altered or unknown-builder file is reported by name and the command exits 1.
+
+The index is trusted only entry by entry (``index.checked_entries``): an entry that names a file
+outside ``--root`` (an absolute path, ``..``, a subfolder, a link out), that is not an object, or
+that lacks ``sha256`` or ``run_dir`` stops the check (exit 1) before any file is opened.
+``--device`` verifies on another device type than the one that made the predictions (e.g. a
+cuda-made file on a machine without CUDA: ``--device cpu``); the predictions must still match bit
+for bit, and the failure says by how much they differ.
 """
 
 from __future__ import annotations
@@ -18,24 +25,25 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointError, verify_checkpoint
-from .index import IndexFileError, read_index
+from .index import IndexFileError, checked_entries
 
 __all__ = ["CheckpointError", "check_checkpoints", "main"]
 
 
 def check_checkpoints(
-    paths: list[Path] | None = None, root: Path = Path("checkpoints")
+    paths: list[Path] | None = None, root: Path = Path("checkpoints"), device: str | None = None
 ) -> list[dict[str, Any]]:
     """Verify ``paths`` (default: every file the index of ``root`` lists, then unlisted ones).
 
     Returns one :func:`~.checkpoint.verify_checkpoint` result per file, plus ``"indexed"``
     (whether its sha256 came from the index) and ``"run_dir"``. Raises :class:`CheckpointError`
-    naming the first file that is missing, truncated, altered or whose reload differs, or when
-    there is no checkpoint at all.
+    naming the first file that is missing, truncated, altered or whose reload differs, when an
+    index entry is malformed or names a file outside ``root``, or when there is no checkpoint at
+    all. ``device``: verify there instead of on the device type that made the predictions.
     """
     root = Path(root)
     try:
-        entries = read_index(root)
+        entries = checked_entries(root)
     except IndexFileError as e:
         raise CheckpointError(str(e)) from e
     if paths is None:
@@ -50,7 +58,7 @@ def check_checkpoints(
     results = []
     for path in map(Path, paths):
         entry = entries.get(path.name) if path.parent.resolve() == root.resolve() else None
-        result = verify_checkpoint(path, sha256=entry["sha256"] if entry else None)
+        result = verify_checkpoint(path, device=device, sha256=entry["sha256"] if entry else None)
         result.update(indexed=entry is not None, run_dir=entry["run_dir"] if entry else None)
         results.append(result)
     return results
@@ -67,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--root", type=Path, default=Path("checkpoints"), help="folder with index.json"
     )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="verify on this device (default: the device type that made the predictions)",
+    )
     args = parser.parse_args(argv)
     try:
-        results = check_checkpoints(args.ckpt, root=args.root)
+        results = check_checkpoints(args.ckpt, root=args.root, device=args.device)
     except CheckpointError as e:
         print(f"reload check FAILED: {e}", file=sys.stderr)
         return 1
