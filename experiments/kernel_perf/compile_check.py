@@ -25,11 +25,11 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler.compiler import make_backend  # noqa: E402
 from triton.runtime.jit import create_function_from_signature  # noqa: E402
 
-from rmsnorm_kernel import kernels, ops  # noqa: E402
+from rmsnorm_kernel import config, kernels  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 BACKEND = make_backend(TARGET)
-ops._sm_count = lambda index: 132  # the H200's SMs: grids as the GPU would size them
+config.sm_count = lambda index: 132  # the H200's SMs: grids as the GPU would size them
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
@@ -77,53 +77,53 @@ def variants():
             m = 64
             x, w = t(m, n, dtype=dtype), t(n, dtype=w_dtype)
             rstd = t(m, dtype=acc)
-            rows_kernel, block, rows_or_one_pass, warps = ops._fwd_config(n)
-            for has_w, has_r in itertools.product((True, False), repeat=2):
-                consts = (has_w, has_r, DT[acc], block, rows_or_one_pass)
+            fwd = config.forward_config(m, n, 0)
+            for has_w, has_r, llama, sw in itertools.product(
+                (True, False), (True, False), (False, True), (1, 3)
+            ):
+                if sw != 1 and not has_w:
+                    continue
+                consts = (has_w, has_r, llama, DT[acc], fwd.block)
                 floats = (1e-6, 0.0, 0.0, 0.0)
-                if rows_kernel:
-                    args = (x, x, w, x, x, rstd, n, n, m, n, *floats, *consts)
-                    yield (
-                        f"fwd_rows {dtype} w={has_w} r={has_r} N={n}",
-                        kernels.rmsnorm_forward_rows_kernel,
-                        args,
-                        warps,
-                    )
+                name = f"{dtype} w={has_w} r={has_r} llama={llama} stride_w={sw} N={n}"
+                if fwd.rows:
+                    args = (x, x, w, x, x, rstd, n, n, sw, m, n, *floats, *consts, fwd.rows)
+                    kernel = kernels.rmsnorm_forward_rows_kernel
+                    yield f"fwd_rows {name}", kernel, args, fwd.num_warps
                 else:
-                    args = (x, x, w, x, x, rstd, n, n, n, *floats, *consts)
-                    yield (
-                        f"fwd {dtype} w={has_w} r={has_r} N={n}",
-                        kernels.rmsnorm_forward_kernel,
-                        args,
-                        warps,
-                    )
-            block, one_tile, tiles, groups, rpp, warps = ops._bwd_config(m, n, 0)
-            if not one_tile:
-                args = (x, x, w, rstd, n, n, n, 0.0, 0.0, True, DT[acc], ops.ROW_DOT_BLOCK)
+                    args = (x, x, w, x, x, rstd, n, n, sw, n, *floats, *consts, fwd.block >= n)
+                    yield f"fwd {name}", kernels.rmsnorm_forward_kernel, args, fwd.num_warps
+            bwd = config.backward_config(m, n, 0, acc == torch.float64)
+            tiles, groups = bwd.tiles_for(n), bwd.groups
+            if not bwd.one_tile:
+                args = (x, x, w, rstd, n, n, 1, n, 0.0, 0.0, True, DT[acc], config.ROW_DOT_BLOCK)
                 yield (
                     f"row_dot {dtype} N={n}",
                     kernels.rmsnorm_row_dot_kernel,
                     args,
-                    ops.ROW_DOT_WARPS,
+                    config.ROW_DOT_WARPS,
                 )
             part64 = t(groups, n, dtype=torch.float64)
-            sum_args = (part64, t(n, dtype=w_dtype), groups, n, ops.SUM_BLOCK_G, ops.SUM_BLOCK_N)
+            sum_args = (part64, t(n, dtype=w_dtype), groups, n)
+            sum_args += (config.SUM_BLOCK_G, config.SUM_BLOCK_N)
             yield f"dw_sum {w_dtype} N={n}", kernels.dweight_sum_kernel, sum_args, 4
-            for has_w, has_dh, dw64, tree in itertools.product(
-                (True, False), (True, False), (True, False), (True, False)
+            for has_w, has_dh, dw64, tree, llama in itertools.product(
+                (True, False), (True, False), (True, False), (True, False), (False, True)
             ):
                 dw_acc = torch.float64 if dw64 or acc == torch.float64 else torch.float32
                 part = t(groups, n, dtype=torch.float64)
                 cnt = t(tiles * groups, dtype=torch.int32)
                 dwt = t(n, dtype=w_dtype)
-                args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, m, n, rpp, 0.0, 0.0)
-                consts = (has_w, has_dh, DT[acc], DT[dw_acc], block, one_tile, ops.BWD_STAGES)
-                consts += (tree,)
+                rpp = bwd.rows_per_program
+                args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
+                consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
+                consts += (bwd.stages, tree)
                 yield (
-                    f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} N={n}",
+                    f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
+                    f"llama={llama} N={n}",
                     kernels.rmsnorm_backward_kernel,
                     args + consts,
-                    warps,
+                    bwd.num_warps,
                 )
 
 

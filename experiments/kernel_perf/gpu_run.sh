@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One device call: GPU kernel tests (hypothesis GPU profile), host cost, tuning and peer figures.
+# One device call: GPU kernel tests (hypothesis GPU profile), host cost, tuning and peer figures,
+# then (BENCH_S > 0) `make bench`'s command without quack and the curves (BENCH_ARGS: overrides).
 #   bash experiments/kernel_perf/gpu_run.sh "$OUT" [TEST_S TUNE_S PARTS]
 # Each step has its own time limit, so a slow step never costs the others' results.
 set -u
 out=${1:?usage: gpu_run.sh OUTDIR}
 test_s=${2:-150}; tune_s=${3:-120}; parts=${4:-peers,bwd,acc,fwd}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
-if ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger_kernel-*.whl \
+if ls .whl/*.whl >/dev/null 2>&1; then  # liger, and hydra for the bench command
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 {
@@ -28,3 +29,11 @@ timeout "$tune_s" python3 experiments/kernel_perf/tune.py --out "$out/tune.json"
   > "$out/tune.log" 2>&1
 echo "tune rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 grep '^{' "$out/tune.log" | cut -c1-200 | tail -60
+if [ "${BENCH_S:-0}" -gt 0 ]; then
+  t0=$SECONDS
+  timeout "$BENCH_S" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" \
+    'benchmark.implementations=[ours,torch,compile,liger]' benchmark.curves.enabled=false \
+    ${BENCH_ARGS:-} > "$out/bench.log" 2>&1
+  echo "bench rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+  tail -45 "$out/bench.log"
+fi

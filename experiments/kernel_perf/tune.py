@@ -12,11 +12,14 @@ Parts:
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
+Every variant is an explicit launch config (``rmsnorm_kernel.config``) handed to the launchers:
+nothing in the package is rebound, so what is timed is what the config says.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -26,10 +29,10 @@ import traceback
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import ops
+from rmsnorm_kernel.config import ForwardConfig, backward_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # previous_backward.py
 
@@ -45,25 +48,14 @@ def ms_graph(fn) -> float:
     return triton.testing.do_bench_cudagraph(fn, rep=30, return_mode="median")
 
 
-def fwd_variant(x, w, rows_kernel, block, rows_or_one_pass, warps):
-    m, n = x.shape
-    y = torch.empty_like(x)
-    rstd = torch.empty(m, device=x.device, dtype=torch.float32)
-    scalars = (*ops.split_float(EPS), 0.0, 0.0)
-    consts = (True, False, tl.float32, block, rows_or_one_pass)
-    if rows_kernel:
-        grid = (triton.cdiv(m, rows_or_one_pass),)
-        args = (x, x, w, y, y, rstd, x.stride(0), x.stride(0), m, n)
-        kernel = ops.FORWARD_ROWS
-    else:
-        grid = (m,)
-        args = (x, x, w, y, y, rstd, x.stride(0), x.stride(0), n)
-        kernel = ops.FORWARD
+def fwd_variant(x, w, cfg: ForwardConfig):
+    """``(run, max error vs F.rms_norm)`` of one forward config."""
+    n = x.shape[1]
 
     def run():
-        kernel.launch(grid, args, scalars, consts, warps, 1, x.device.index or 0)
+        return ops.launch_forward(x, w, None, EPS, 0.0, x.dtype, config=cfg)[0]
 
-    run()
+    y = run()
     err = (y.float() - F.rms_norm(x.float(), (n,), w.float(), EPS)).abs().max().item()
     return run, err
 
@@ -78,27 +70,26 @@ def part_fwd(rows):
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         gb = 2 * m * n * 2 / 1e9
-        variants = [(False, n, True, 4)]  # one row per program
+        variants = [ForwardConfig(n, 0, 4)]  # one row per program
         for tile in (1024, 4096, 16384):
             for warps in (4, 8):
                 if tile >= n:
-                    variants.append((True, n, tile // n, warps))
+                    variants.append(ForwardConfig(n, tile // n, warps))
         for v in variants:
             try:
-                fn, err = fwd_variant(x, w, *v)
+                fn, err = fwd_variant(x, w, v)
                 ms = ms_bench(fn)
                 record(
                     M=m,
                     N=n,
-                    rows_kernel=v[0],
-                    rows=v[2],
-                    warps=v[3],
+                    rows=v.rows,
+                    warps=v.num_warps,
                     us=1e3 * ms,
                     GBps=gb / ms * 1e3,
                     max_err=err,
                 )
             except Exception as e:  # noqa: BLE001 - keep sweeping, record why
-                record(M=m, N=n, variant=str(v), error=repr(e)[:300])
+                record(M=m, N=n, variant=repr(v), error=repr(e)[:300])
         del x, w
     for n in [2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144]:
         m = ELEMS // n
@@ -109,49 +100,46 @@ def part_fwd(rows):
         if n <= 65536:
             for warps in (4, 8, 16, 32) if n <= 16384 else (16, 32):
                 if 32 * warps <= n:
-                    variants.append((False, n, True, warps))
+                    variants.append(ForwardConfig(n, 0, warps))
         if n >= 32768:
             for chunk, warps in ((4096, 8), (8192, 16), (8192, 32), (16384, 32)):
-                variants.append((False, chunk, False, warps))
+                variants.append(ForwardConfig(chunk, 0, warps))
         for v in variants:
             try:
-                fn, err = fwd_variant(x, w, *v)
+                fn, err = fwd_variant(x, w, v)
                 ms = ms_bench(fn)
                 record(
                     M=m,
                     N=n,
-                    one_pass=v[2],
-                    block=v[1],
-                    warps=v[3],
+                    one_pass=v.block >= n,
+                    block=v.block,
+                    warps=v.num_warps,
                     us=1e3 * ms,
                     GBps=gb / ms * 1e3,
                     max_err=err,
                 )
             except Exception as e:  # noqa: BLE001
-                record(M=m, N=n, variant=str(v), error=repr(e)[:300])
+                record(M=m, N=n, variant=repr(v), error=repr(e)[:300])
         del x, w
 
 
-def bwd_time(m, n, settings):
-    saved = {k: getattr(ops, k) for k in settings}
-    try:
-        for k, v in settings.items():
-            setattr(ops, k, v)
-        ops._bwd_config.cache_clear()
-        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        _, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, torch.bfloat16)
-        fn = lambda: ops.launch_backward(dy, x, w, rstd, 0.0, None, torch.bfloat16)  # noqa: E731
-        dx, dw = fn()
-        xd = x.double()
-        ref = (dy.double() * xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + EPS)).sum(0)
-        rel = ((dw.double() - ref).abs().max() / ref.abs().max()).item()
-        return ms_bench(fn), rel
-    finally:
-        for k, v in saved.items():
-            setattr(ops, k, v)
-        ops._bwd_config.cache_clear()
+def bwd_time(m, n, changes, per_sm=None):
+    """``(ms, dweight relative error)`` of the heuristic's backward config for ``(m, n)`` (with
+    ``per_sm`` programs per SM if given) with ``changes`` (BackwardConfig fields) applied."""
+    cfg = dataclasses.replace(backward_config(m, n, 0, False, per_sm), **changes)
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    _, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, torch.bfloat16)
+
+    def fn():
+        return ops.launch_backward(dy, x, w, rstd, 0.0, None, torch.bfloat16, config=cfg)
+
+    dx, dw = fn()
+    xd = x.double()
+    ref = (dy.double() * xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + EPS)).sum(0)
+    rel = ((dw.double() - ref).abs().max() / ref.abs().max()).item()
+    return ms_bench(fn), rel, cfg
 
 
 def part_bwd(rows):
@@ -182,25 +170,24 @@ def part_bwd(rows):
         except Exception as e:  # noqa: BLE001
             record(M=m, N=n, variant="previous (2 launches)", error=repr(e)[:300])
         variants = [
-            ("default", {}),
-            ("sum launch, float64 rows", dict(TREE_MAX_ELEMS=0, TREE_ALWAYS_N=0, DW_FLOAT64=True)),
-            ("in-launch tree, float64 rows", dict(TREE_MAX_ELEMS=1 << 62)),
+            ("default", {}, None),
+            ("sum launch, float64 rows", dict(tree=False, dw_float64=True), None),
+            ("in-launch tree, float64 rows", dict(tree=True, dw_float64=True), None),
+            ("sum launch, float32 rows", dict(tree=False, dw_float64=False), None),
         ]
-        variants += [
-            (
-                f"warps={wp} per_sm={ps}",
-                dict(
-                    _bwd_num_warps=lambda b, wp=wp: wp,
-                    MIN_PROGRAMS_PER_SM=ps,
-                    MAX_PROGRAMS_PER_SM=ps,
-                ),
-            )
-            for wp, ps in alts
-        ]
-        for name, v in variants:
+        variants += [(f"warps={wp} per_sm={ps}", dict(num_warps=wp), ps) for wp, ps in alts]
+        for name, changes, per_sm in variants:
             try:
-                ms, rel = bwd_time(m, n, v)
-                record(M=m, N=n, variant=name, us=1e3 * ms, GBps=gb / ms * 1e3, dw_rel_err=rel)
+                ms, rel, cfg = bwd_time(m, n, changes, per_sm)
+                record(
+                    M=m,
+                    N=n,
+                    variant=name,
+                    config=repr(cfg),
+                    us=1e3 * ms,
+                    GBps=gb / ms * 1e3,
+                    dw_rel_err=rel,
+                )
             except Exception as e:  # noqa: BLE001
                 record(M=m, N=n, variant=name, error=repr(e)[:300])
 
@@ -263,14 +250,25 @@ def part_acc(rows):
     with the defaults and with float32 rows forced everywhere."""
     configs = {
         "default": {},
-        "float32 rows, sum launch": dict(TREE_MAX_ELEMS=0, TREE_ALWAYS_N=0, DW_FLOAT64=False),
+        "float32 rows, sum launch": dict(tree=False, dw_float64=False),
     }
     shapes = [(m, n) for m in (1, 17, 128) for n in (256, 257, 1000, 4096)]
     shapes += [(4096, 4096), (16384, 1024)]
-    for label, settings in configs.items():
-        saved = {k: getattr(ops, k) for k in settings}
-        for k, v in settings.items():
-            setattr(ops, k, v)
+
+    def ours(changes):
+        def dweight(x, w, dy):
+            m, n = x.shape
+            cfg = dataclasses.replace(backward_config(m, n, 0), **changes)
+            _, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, x.dtype)
+            return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)[1]
+
+        return dweight
+
+    def torch_dweight(x, w, dy):
+        wl = w.detach().requires_grad_()
+        return torch.autograd.grad(F.rms_norm(x, (x.shape[1],), wl, EPS), (wl,), dy)[0]
+
+    for label, changes in configs.items():
         worst = 0.0
         for m, n in shapes:
             for inputs in ("unit", "random"):
@@ -283,13 +281,8 @@ def part_acc(rows):
                 wd = w.double().requires_grad_()
                 rk.rmsnorm_reference(x.double(), wd, EPS).backward(dy.double())
                 errs = {}
-                for name, f in (
-                    ("ours", lambda a, b: rk.rmsnorm(a, b, EPS)),
-                    ("torch", lambda a, b, n=n: F.rms_norm(a, (n,), b, EPS)),
-                ):
-                    wl = w.detach().requires_grad_()
-                    (dw,) = torch.autograd.grad(f(x, wl), (wl,), dy)
-                    errs[name] = (dw.double() - wd.grad).abs().max().item()
+                for name, f in (("ours", ours(changes)), ("torch", torch_dweight)):
+                    errs[name] = (f(x, w, dy).double() - wd.grad).abs().max().item()
                 ratio = errs["ours"] / errs["torch"] if errs["torch"] > 0 else math.inf
                 worst = max(worst, ratio)
                 rows.append(
@@ -304,8 +297,6 @@ def part_acc(rows):
                         ratio=ratio,
                     )
                 )
-        for k, v in saved.items():
-            setattr(ops, k, v)
         print(json.dumps(dict(part="acc", config=label, worst_ratio=worst)), flush=True)
 
 

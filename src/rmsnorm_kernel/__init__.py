@@ -6,9 +6,11 @@ Kernel layer (imports only torch and triton)::
     reference the float64-capable oracle (the tutorial's ``rmsnorm_reference``, ``manual_backward``)
     contract  every rule the kernels rely on, checked before any output exists
     kernels   the @triton.jit functions
+    config    frozen launch configs (ForwardConfig, BackwardConfig), one heuristic per kernel
     launch    cached compiled-kernel handles: a launch skips JITFunction.run after the first
-    ops       launchers (block sizes, warps, grids, allocations), the launch-geometry constants
+    ops       launchers (rows, strides, allocations; an explicit config or the heuristic's)
     function  autograd.Function, torch.library ops, ``rmsnorm()``, ``CALLS``
+    double_backward  the backward in PyTorch ops, differentiated again under create_graph
     module    ``RMSNorm`` / ``rms_norm``, drop-ins for ``torch.nn.RMSNorm`` / ``F.rms_norm``
 """
 

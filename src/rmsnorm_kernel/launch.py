@@ -18,6 +18,8 @@ Triton's interpreter (the CPU backend) has no compiled handle: there every launc
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .backend import BACKEND
@@ -60,12 +62,26 @@ class CachedKernel:
 
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
-    tuple in signature order). ``launches`` counts ``compiled`` (through ``JITFunction.run``) and
+    tuple in signature order). ``fresh`` names the parameters that the launchers always fill with
+    outputs they allocate themselves (or placeholders of the same dtype): fresh allocations are
+    aligned, so only their dtype enters the key, which saves the alignment check on the hot path.
+    This list is declared once, here, from the kernel's own parameter names, so it cannot drift
+    from the arguments. ``launches`` counts ``compiled`` (through ``JITFunction.run``) and
     ``cached`` launches, so that GPU tests can check that the cached path really runs.
     """
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, fresh: tuple[str, ...] = ()) -> None:
         self.fn = fn
+        params = list(inspect.signature(fn.fn).parameters.values())
+        names = [p.name for p in params]
+        unknown = [name for name in fresh if name not in names]
+        if unknown:
+            raise ValueError(f"fresh names no parameter of {fn.__name__}: {unknown}")
+        fresh_idx = {names.index(name) for name in fresh}
+        # kernels.py uses postponed annotations: a constexpr is annotated "tl.constexpr".
+        constexpr = {i for i, p in enumerate(params) if "constexpr" in str(p.annotation)}
+        self._keyed = tuple(i for i in range(len(params)) if i not in fresh_idx | constexpr)
+        self._fresh = tuple(sorted(fresh_idx))
         self.handles: dict[tuple, tuple] = {}
         self.launches = {"compiled": 0, "cached": 0}
 
@@ -78,20 +94,18 @@ class CachedKernel:
         num_warps: int,
         num_stages: int,
         device_index: int | None,
-        varying: tuple | None = None,
     ) -> None:
-        """``varying``: the arguments whose specialisation can change between calls, plus any
-        dtype that decides an output's; None means all of ``args``. The launchers leave out the
-        outputs they allocate (fresh allocations are 512-byte aligned, their dtypes given)."""
         if BACKEND == "interpreter" or device_index is None:
             self.fn[grid](*args, *floats, *consts, num_warps=num_warps, num_stages=num_stages)
             return
+        n_args = len(args)
         key = (
             device_index,
             consts,
             num_warps,
             num_stages,
-            *map(_spec, args if varying is None else varying),
+            *[_spec(args[i]) for i in self._keyed if i < n_args],
+            *[args[i].dtype for i in self._fresh],
         )
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():

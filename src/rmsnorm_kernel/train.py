@@ -4,26 +4,128 @@ A thin Hydra shell around :func:`rmsnorm_kernel.experiment.run.train`. Examples:
 
     python -m rmsnorm_kernel.train norm=triton seed=3 trainer.max_steps=50
     python -m rmsnorm_kernel.train --multirun norm=reference,triton      # make train
+
+Before Hydra starts any job, every override is parsed and the config is composed and checked
+(:func:`rmsnorm_kernel.experiment.settings.check_train_config`) for each value a sweep takes. A
+malformed override, an unknown key or a value that breaks its rule stops the command with one
+line on stderr (``error: seed must be an integer in [0, 4294967295] (got 1.5)``) and exit
+code 2, before anything is written.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from rmsnorm_kernel.experiment.callbacks import ExportFailed
 from rmsnorm_kernel.experiment.paths import CONFIG_DIR
 from rmsnorm_kernel.experiment.run import train
+from rmsnorm_kernel.experiment.settings import SettingsError, check_train_config
+
+#: Exit status of a refused config (as the command set's).
+USAGE_EXIT = 2
+CONFIG_NAME = "train"
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
-def main(cfg: DictConfig) -> dict[str, Any]:
+def refuse(message: object) -> SystemExit:
+    """Print ``error: <message>`` as one line on stderr; the SystemExit(2) to raise."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+    return SystemExit(USAGE_EXIT)
+
+
+def _one_line(override: str, error: Exception) -> str:
+    text = " ".join(str(error).split())
+    if "Could not override" in text or "not in struct" in text:
+        key = override.split("=", 1)[0]
+        return f"override {override!r}: no key {key!r} in the config (a new key needs +{override})"
+    return f"override {override!r}: {text}"
+
+
+def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
+    """Concrete override lists covering every value of every sweep (each value once, the other
+    sweeps at their first value); Hydra's own ``hydra.*`` overrides are left to Hydra.
+
+    Raises :class:`SettingsError` for an override that does not parse (``garbage``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    choices: list[list[str]] = []
+    for text in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([text])
+        except OverrideParseException as e:
+            raise SettingsError(
+                f"override {text!r} must be key=value, +key=value or ~key "
+                f"(Hydra: {(str(e).splitlines() + [''])[1].strip()})"
+            ) from e
+        if parsed.is_hydra_override():
+            continue
+        if not parsed.is_sweep_override():
+            choices.append([text])
+            continue
+        try:
+            values = list(parsed.sweep_string_iterator())
+        except Exception:  # noqa: BLE001 - glob/interval sweeps: Hydra expands them itself
+            continue
+        choices.append([f"{parsed.get_key_element()}={v}" for v in values] or [text])
+    base = [c[0] for c in choices]
+    sets = [base]
+    for i, values in enumerate(choices):
+        sets += [[*base[:i], v, *base[i + 1 :]] for v in values[1:]]
+    return sets
+
+
+def precheck(overrides: Sequence[str], config_name: str = CONFIG_NAME) -> None:
+    """Compose and check the config for every value the command line asks for.
+
+    Raises :class:`SettingsError` (one line) for a malformed override, an unknown key or a value
+    that breaks its rule."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    for concrete in _override_sets(overrides):
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            try:
+                cfg = compose(config_name, overrides=concrete)
+            except HydraException as e:
+                culprit = next((o for o in concrete if o.split("=")[0] in str(e)), concrete)
+                raise SettingsError(_one_line(str(culprit), e)) from e
+        check_train_config(cfg, paths=False)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=CONFIG_NAME)
+def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
     if cfg.paths.output_dir is None:  # default: everything under this run's Hydra dir
         with open_dict(cfg):
             cfg.paths.output_dir = HydraConfig.get().runtime.output_dir
-    return train(cfg)
+    try:
+        return train(cfg)
+    except SettingsError as e:  # Hydra would print a traceback and exit 1
+        raise refuse(e) from e
+    except ExportFailed as e:  # one line; metrics.json and last.ckpt were kept
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from e
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    """``python -m rmsnorm_kernel.train`` / ``rmsnorm-train``: the pre-check, then Hydra."""
+    from hydra._internal.utils import get_args_parser
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, _ = get_args_parser().parse_known_args(argv)
+    informational = args.help or args.hydra_help or args.info or args.cfg or args.shell_completion
+    if not informational and args.config_path is None:
+        try:
+            precheck(args.overrides, args.config_name or CONFIG_NAME)
+        except SettingsError as e:
+            raise refuse(e) from e
+    return _hydra_main()
 
 
 if __name__ == "__main__":

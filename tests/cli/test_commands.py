@@ -71,3 +71,22 @@ def test_check_checkpoints_is_the_reload_check(tmp_path, capsys, content):
     assert code == 1 and "FAILED" in cli_out.err
     assert reload_main(["--root", str(tmp_path)]) == code
     assert capsys.readouterr() == cli_out
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("campaign.seed=abc", "campaign.seed must be an integer"),
+        ("campaign.seed=-3", "campaign.seed must be an integer"),
+        ("garbage", "override 'garbage' must be key=value"),
+        ("foo=1", "override 'foo=1': no key 'foo' in the config"),
+    ],
+)
+def test_bad_overrides_exit_2_with_one_line(override, message, capsys):
+    """A bad value, a malformed override or an unknown key: one line naming it, rc 2, before
+    any command runs (a traceback before)."""
+    assert main(["check-forward", override]) == 2
+    out = capsys.readouterr()
+    text = (out.out + out.err).strip()
+    assert message in text and "Traceback" not in text
+    assert len(text.splitlines()) == 1, text

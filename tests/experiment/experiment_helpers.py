@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import lightning as L
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -72,3 +74,32 @@ def run(out_dir: Path, *overrides: str) -> dict:
     """``train(cfg)`` of a small config writing under ``out_dir``, on one thread."""
     with one_thread():
         return train(compose_cfg(overrides, out_dir))
+
+
+class SignalAt(L.Callback):
+    """Sends ``signum`` to this process from Lightning hook ``hook`` when ``trainer.global_step``
+    is ``step``: a stop request landing at a chosen point of a step (during the optimizer step,
+    after it, during validation...), as it may on a fast GPU, instead of wherever a timer lands.
+    Built from the config: ``+callbacks.signal._target_=experiment_helpers.SignalAt``."""
+
+    def __init__(self, hook: str, step: int, signum: int = int(signal.SIGTERM)) -> None:
+        self.step, self.signum, self.sent = int(step), int(signum), False
+
+        def fire(trainer: L.Trainer, *args) -> None:
+            if not self.sent and trainer.global_step == self.step:
+                self.sent = True
+                os.kill(os.getpid(), self.signum)
+
+        setattr(self, hook, fire)
+
+
+class FileInTheWay(L.Callback):
+    """Puts a file where ``path`` (the checkpoint dir) should be once training starts: the dir
+    passed the pre-fit check and is unusable by the time the export is written."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("not a directory\n")

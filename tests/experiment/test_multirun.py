@@ -94,3 +94,63 @@ def test_sweep_exits_non_zero_when_a_tolerance_is_exceeded(tmp_path):
     assert proc.returncode == 1
     assert "FAILED" in proc.stdout and "initial output error" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1].endswith("comparison.json")
+
+
+#: Imports the entry point (the slow part), waits for the test's "go" file, then runs it: the
+#: three sweeps below compose their configs within the same second.
+_AT_THE_SAME_TIME = """
+import sys, time
+from pathlib import Path
+import rmsnorm_kernel.train as entry
+ready, go = Path(sys.argv[1]), Path(sys.argv[2])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+sys.argv = ["rmsnorm_kernel.train", *sys.argv[3:]]
+entry.main()
+"""
+
+
+def test_concurrent_sweeps_started_in_the_same_second_each_keep_their_own_dir(tmp_path):
+    import time
+
+    seeds = (21, 22, 23)
+    go = tmp_path / "go"
+    procs = []
+    for seed in seeds:
+        cmd = [sys.executable, "-c", _AT_THE_SAME_TIME, str(tmp_path / f"ready{seed}"), str(go)]
+        cmd += ["--multirun", "norm=reference,torch", f"seed={seed}", "trainer.max_steps=2"]
+        cmd += [*SMALL, f"paths.checkpoint_dir={tmp_path / 'ckpt'}"]
+        procs.append(
+            subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, text=True)
+        )
+    deadline = time.monotonic() + 240
+    while not all((tmp_path / f"ready{s}").exists() for s in seeds):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    time.sleep(1.02 - time.time() % 1)  # just after a second starts
+    go.touch()
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outs
+    dirs = set()
+    for seed, out in zip(seeds, outs, strict=True):
+        lines = out.strip().splitlines()
+        assert "PASSED" in lines
+        comparison = tmp_path / lines[-1]  # relative to the sweep's cwd
+        dirs.add(comparison.parent)
+        result = json.loads(comparison.read_text())
+        branches = result["groups"][0]["branches"]
+        assert {b["seed"] for b in branches.values()} == {seed}, (seed, comparison)
+    assert len(dirs) == 3
+
+
+def test_a_sweep_dir_holding_files_is_refused_before_any_job(tmp_path):
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "0_reference").mkdir()
+    proc = _multirun(tmp_path, "sweep", "norm=reference,torch", "trainer.max_steps=2")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: hydra.sweep.dir must be a new or empty directory; {tmp_path / 'sweep'} already "
+        "holds another sweep's files"
+    )
+    assert list((tmp_path / "sweep").iterdir()) == [tmp_path / "sweep" / "0_reference"]

@@ -4,6 +4,8 @@ SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -37,11 +39,14 @@ def _assert_same_end(resumed: dict, whole: dict, k: int) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert a[key].numpy().tobytes() == b[key].numpy().tobytes(), key
+    # Step for step: the resumed run logs exactly the uninterrupted run's steps k.. (no shift).
     after = {s: v for s, v in _losses(whole, "train/loss").items() if s >= k}
-    assert after and {s: v for s, v in _losses(resumed, "train/loss").items() if s >= k} == after
-    whole_val = {s: v for s, v in _losses(whole, "val/loss").items() if s > k}
-    resumed_val = _losses(resumed, "val/loss")
-    assert whole_val and all(resumed_val[s] == v for s, v in whole_val.items())
+    resumed_train = _losses(resumed, "train/loss")
+    assert after and sorted(resumed_train) == sorted(after) == list(range(k, whole["train_steps"]))
+    assert resumed_train == after
+    whole_val = {s: v for s, v in _losses(whole, "val/loss").items() if s >= k}
+    resumed_val = {s: v for s, v in _losses(resumed, "val/loss").items() if s >= k}
+    assert whole_val and resumed_val == whole_val
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +100,96 @@ def test_signal_saves_last_ckpt_exits_non_zero_and_resumes_identically(sig, name
     resumed = run(tmp_path / "resumed", *args, f"ckpt_path={last}")
     whole = run(tmp_path / "whole", *args)
     _assert_same_end(resumed, whole, k)
+
+
+#: Where in a step the stop request lands (COMMON: validation after steps 5, 10, 15; 8 steps an
+#: epoch). Lightning stops after the step whatever the point, but a checkpoint saved after a step
+#: that ran validation used to resume its curves one step late (seen on the H200, where the first
+#: validation is slow enough to catch the signal).
+LANDINGS = [
+    ("on_before_optimizer_step", 11),  # mid-step, after backward, before the optimizer step
+    ("on_train_batch_end", 12),  # after the optimizer step, before logging
+    ("on_train_batch_end", 10),  # after step 10, which then validates
+    ("on_validation_start", 10),  # during validation
+    ("on_before_optimizer_step", 14),  # mid-step 15, which then validates
+    ("on_train_batch_end", 8),  # the epoch's last step
+    ("on_train_batch_start", 15),  # before step 16 starts
+]
+
+
+@pytest.mark.parametrize("hook,step", LANDINGS, ids=[f"{h}@{s}" for h, s in LANDINGS])
+def test_resumed_curves_match_step_for_step_wherever_the_signal_lands(
+    hook, step, uninterrupted, tmp_path
+):
+    signal_at = [  # experiment_helpers.SignalAt
+        "+callbacks.signal_at._target_=experiment_helpers.SignalAt",
+        f"+callbacks.signal_at.hook={hook}",
+        f"+callbacks.signal_at.step={step}",
+    ]
+    with pytest.raises(SystemExit) as stopped:
+        run(tmp_path / "a", *COMMON, f"trainer.max_steps={STEPS}", *signal_at)
+    assert stopped.value.code == SIGTERM_EXIT
+    last = tmp_path / "a" / "run" / "lightning_checkpoints" / "last.ckpt"
+    resumed = run(tmp_path / "b", *COMMON, f"trainer.max_steps={STEPS}", f"ckpt_path={last}")
+    k = STEPS - resumed["session_steps"]
+    assert k == (step if hook in ("on_train_batch_end", "on_validation_start") else step + 1)
+    _assert_same_end(resumed, uninterrupted, k)
+
+
+def test_a_run_refuses_another_branchs_or_configs_last_ckpt_before_fit(tmp_path):
+    from rmsnorm_kernel.experiment.settings import SettingsError
+
+    first = run(tmp_path / "triton_run", "norm=torch", "trainer.max_steps=2", "test=false")
+    last = Path(first["output_dir"]) / "lightning_checkpoints" / "last.ckpt"
+    assert last.is_file()
+    with pytest.raises(SettingsError) as refused:
+        run(tmp_path / "ref", "norm=reference", "trainer.max_steps=4", f"ckpt_path={last}")
+    assert str(refused.value) == (
+        f"ckpt_path must be a checkpoint of this branch (norm=reference); {last} is norm=torch's: "
+        "resume each branch from its own last.ckpt (ckpt_path=auto finds it)"
+    )
+    with pytest.raises(SettingsError) as refused:
+        run(tmp_path / "lr", "norm=torch", "model.optimizer.lr=0.002", f"ckpt_path={last}")
+    assert str(refused.value) == (
+        f"ckpt_path must be a checkpoint of this config; {last} was saved with "
+        "model.optimizer.lr=0.001 (this run 0.002)"
+    )
+    assert not (tmp_path / "ref").exists() and not (tmp_path / "lr").exists()  # nothing written
+    # The same branch and config resumes, with any step budget.
+    resumed = run(tmp_path / "same", "norm=torch", "trainer.max_steps=4", f"ckpt_path={last}")
+    assert resumed["session_steps"] == 2 and resumed["resumed_from"] == str(last)
+
+
+def test_an_interrupted_sweep_resumes_each_branch_from_its_own_last_ckpt(tmp_path):
+    """Ctrl-C in the first job of a sweep; the same command plus ckpt_path=auto resumes that
+    branch from its own last.ckpt and starts the branch that never ran from step 0."""
+    sweep = ["--multirun", "norm=torch,reference", "trainer.max_steps=6", *SMALL]
+    sweep += [f"paths.checkpoint_dir={tmp_path / 'ckpt'}", f"paths.runs_root={tmp_path}"]
+    signal_at = ["+callbacks.signal_at._target_=experiment_helpers.SignalAt"]
+    signal_at += ["+callbacks.signal_at.hook=on_train_batch_end", "+callbacks.signal_at.step=3"]
+    signal_at += [f"+callbacks.signal_at.signum={int(signal.SIGINT)}"]
+    # experiment_helpers (for SignalAt) first, then whatever path found the package itself (the
+    # GPU box imports it from PYTHONPATH, not from an installed venv).
+    paths = [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+    def sweep_run(name: str, *extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "rmsnorm_kernel.train", *sweep, *extra]
+        cmd.append(f"hydra.sweep.dir={tmp_path / name}")
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+    stopped = sweep_run("first", *signal_at)
+    assert stopped.returncode == CTRL_C_EXIT, stopped.stderr[-3000:]
+    assert "resume the sweep with the same command plus: ckpt_path=auto" in stopped.stdout
+    own = tmp_path / "first" / "0_torch" / "lightning_checkpoints" / "last.ckpt"
+    assert own.is_file() and not (tmp_path / "first" / "1_reference").exists()
+
+    resumed = sweep_run("second", "ckpt_path=auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "PASSED" in resumed.stdout.splitlines()
+    torch_run = json.loads((tmp_path / "second" / "0_torch" / "metrics.json").read_text())
+    reference = json.loads((tmp_path / "second" / "1_reference" / "metrics.json").read_text())
+    assert torch_run["resumed_from"] == str(own)
+    assert (torch_run["train_steps"], torch_run["session_steps"]) == (6, 3)
+    assert reference["resumed_from"] is None
+    assert (reference["train_steps"], reference["session_steps"]) == (6, 6)

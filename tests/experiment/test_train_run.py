@@ -22,7 +22,7 @@ def test_fast_dev_run(tmp_path):
 
 
 def test_output_dir_is_required(tmp_path):
-    with pytest.raises(ValueError, match="output_dir is null"):
+    with pytest.raises(ValueError, match=r"^paths\.output_dir must be a non-empty directory path"):
         train(compose_cfg())
 
 

@@ -53,3 +53,92 @@ def test_compiled_backend_refuses_cpu_tensors_clearly():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert "REFUSED x must be on a CUDA device" in out.stdout, out.stdout + out.stderr
+
+
+# Issue 15 item 2: whatever was imported first, the kernels run (forward and backward). On a
+# machine without CUDA the package sets TRITON_INTERPRET=1 itself, after triton.language's own
+# @jit helpers (tl.sum, ...) were decorated when something else imported triton first.
+IMPORT_FIRST = {
+    "rmsnorm_kernel": "import rmsnorm_kernel",
+    "triton": "import triton, triton.language",
+    "torch._dynamo": "import torch._dynamo",
+    "transformers": "from transformers import LlamaForCausalLM",  # imports triton and dynamo
+}
+FORWARD_BACKWARD = """
+import torch
+import torch.nn.functional as F
+import rmsnorm_kernel as rk
+
+device = "cuda" if rk.BACKEND == "cuda" else "cpu"
+torch.manual_seed(0)
+x = torch.randn(6, 40, device=device, requires_grad=True)
+w = torch.randn(40, device=device, requires_grad=True)
+dy = torch.randn(6, 40, device=device)
+y = rk.rmsnorm(x, w, 1e-6)
+dx, dw = torch.autograd.grad(y, (x, w), dy)
+y_ref = F.rms_norm(x, (40,), w, 1e-6)
+dx_ref, dw_ref = torch.autograd.grad(y_ref, (x, w), dy)
+torch.testing.assert_close(y, y_ref)
+torch.testing.assert_close(dx, dx_ref)
+torch.testing.assert_close(dw, dw_ref)
+print("OK", rk.BACKEND)
+"""
+
+
+@pytest.mark.parametrize("first", list(IMPORT_FIRST))
+def test_any_import_order_runs_the_kernels(first):
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    code = IMPORT_FIRST[first] + "\n" + FORWARD_BACKWARD
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    backend = "cuda" if torch.cuda.is_available() else "interpreter"
+    assert f"OK {backend}" in out.stdout
+
+
+def test_triton_imported_in_interpreter_mode_then_compiled_is_refused_at_import():
+    """The opposite order: helpers decorated for the interpreter, compiled kernels chosen after.
+    One clear ImportError that says what to do, instead of a failure inside a kernel call."""
+    code = (
+        "import os, triton\n"
+        "os.environ['TRITON_INTERPRET'] = '0'\n"
+        "try:\n    import rmsnorm_kernel\n"
+        "except ImportError as e:\n    print('REFUSED', e)\n"
+    )
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "REFUSED rmsnorm_kernel chose compiled kernels" in out.stdout, out.stdout + out.stderr
+    assert "import rmsnorm_kernel before triton" in out.stdout
+
+
+def test_interpreter_scalars_index_with_any_numpy():
+    """Triton 3.6's interpreter turns kernel scalars into ints with int(1-D array), which NumPy
+    2.4 refuses: the package wraps that conversion (checked by hand with triton 3.6 + numpy
+    2.4.6: every backward failed without it). Here: the wrap is installed in interpreter mode and
+    turns a one-element 1-D array into its integer."""
+    import numpy as np
+
+    import rmsnorm_kernel as rk
+
+    if rk.BACKEND != "interpreter":
+        pytest.skip("the interpreter's scalars only exist in interpreter mode")
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    assert getattr(interpreter._patch_lang_tensor, "_rmsnorm_kernel_index", False)
+
+    class Scope:
+        def set_attr(self, obj, name, value):
+            setattr(self, name, value)
+
+    scope = Scope()
+    interpreter._patch_lang_tensor(tl.tensor, scope)
+    handle = interpreter.TensorHandle(np.array([7], dtype=np.int32), tl.int32)
+    fake = type("T", (), {"handle": handle})()
+    assert scope.__index__(fake) == 7

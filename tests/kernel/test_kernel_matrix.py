@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import check_against_oracle
+from kernel_helpers import assert_close, check_against_oracle, oracle, oracle_y
 
 import rmsnorm_kernel as rk
 
@@ -82,22 +82,79 @@ def test_calls_count_wrapper_passes(device):
     assert rk.CALLS == {"forward": 4, "backward": 3}
 
 
-@pytest.mark.parametrize("tree_max", [0, 1 << 62], ids=["sum_launch", "in_launch_tree"])
+@pytest.mark.parametrize("tree", [False, True], ids=["sum_launch", "in_launch_tree"])
+@pytest.mark.parametrize("dw_float64", [False, True], ids=["rows_fp32", "rows_fp64"])
 @pytest.mark.parametrize("m,n", [(17, 300), (23, 70)])
-def test_both_dweight_finishes(m, n, tree_max, device, monkeypatch):
-    """dweight through the fixed tree in the backward launch, or through dweight_sum_kernel (the
-    launcher picks by size): both against the oracle, both bitwise repeatable."""
-    from rmsnorm_kernel import ops
+def test_both_dweight_finishes(m, n, tree, dw_float64, device):
+    """dweight through the fixed tree in the backward launch, or through dweight_sum_kernel, with
+    rows accumulated in float32 or float64 (explicit configs; the heuristic picks by size): all
+    against the oracle, all bitwise repeatable."""
+    import dataclasses
 
-    monkeypatch.setattr(ops, "TREE_MAX_ELEMS", tree_max)
-    monkeypatch.setattr(ops, "TREE_ALWAYS_N", 0 if tree_max == 0 else ops.TREE_ALWAYS_N)
+    from rmsnorm_kernel import config, ops
+
     x = torch.randn(m, n, device=device)
-    w = torch.randn(n, device=device, requires_grad=True)
+    w = torch.randn(n, device=device)
     dy = torch.randn(m, n, device=device)
+    index = ops._device_index(x)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    chosen = config.backward_config(m, n, index)
+    cfg = dataclasses.replace(chosen, tree=tree, dw_float64=dw_float64)
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     grads = []
     for _ in range(2):
-        w.grad = None
-        check_against_oracle(x, w, torch.float32)
-        rk.rmsnorm(x, w, 1e-6).backward(dy)
-        grads.append(w.grad.clone())
+        dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+        assert_close(dx, dx_ref, torch.float32, "dx")
+        assert_close(dw, dw_ref, torch.float32, "dweight")
+        grads.append(dw)
     assert torch.equal(grads[0], grads[1])
+
+
+def test_explicit_configs_are_checked(device):
+    """A config that cannot run the shape is refused by field name, before any output."""
+    import dataclasses
+
+    from rmsnorm_kernel import config, ops
+
+    x = torch.randn(10, 300, device=device)
+    w = torch.randn(300, device=device)
+    index = ops._device_index(x)
+    fwd = config.forward_config(10, 300, index)
+    with pytest.raises(ValueError, match="ForwardConfig.block must be >= N = 300"):
+        ops.launch_forward(
+            x, w, None, 1e-6, 0.0, x.dtype, config=dataclasses.replace(fwd, block=256)
+        )
+    with pytest.raises(ValueError, match="ForwardConfig.num_warps must be one of"):
+        ops.launch_forward(
+            x, w, None, 1e-6, 0.0, x.dtype, config=dataclasses.replace(fwd, num_warps=3)
+        )
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    bwd = config.backward_config(10, 300, index)
+    for bad, match in [
+        (dict(groups=bwd.groups + 5), "no empty program"),
+        (dict(block=300), "power of two"),
+        (dict(block=128), "block must be >= N = 300 with one_tile"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            ops.launch_backward(
+                x, x, w, rstd, 0.0, None, x.dtype, config=dataclasses.replace(bwd, **bad)
+            )
+
+
+def test_explicit_forward_configs_agree(device):
+    """Every forward geometry computes the same function: rows kernel at several row counts,
+    one pass, and the chunked two-pass walk of a row narrower than its chunks."""
+    from rmsnorm_kernel import ops
+    from rmsnorm_kernel.config import ForwardConfig
+
+    x = torch.randn(9, 300, device=device)
+    w = torch.randn(300, device=device)
+    expected = oracle_y(x, w)
+    for cfg in [
+        ForwardConfig(512, 1, 4),
+        ForwardConfig(512, 4, 8),
+        ForwardConfig(512, 0, 4),
+        ForwardConfig(128, 0, 4),  # three chunks of 128 columns
+    ]:
+        y, _, _ = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype, config=cfg)
+        assert_close(y, expected, torch.float32, f"y with {cfg}")

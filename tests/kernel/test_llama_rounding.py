@@ -17,7 +17,7 @@ import torch
 from kernel_helpers import assert_close, loosest
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel import ops
+from rmsnorm_kernel import config, ops
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 #: The share of outputs that must be bitwise equal to PyTorch's: the kernel's float32 r may differ
@@ -98,14 +98,14 @@ def test_forward_is_hf_llama(x_dtype, w_dtype, n, device):
 
 def test_wide_rows_chunked_forward(device):
     """Rows wider than the one-pass block take the chunked path, with the same rule."""
-    n = ops.MAX_FUSED_N + 100
+    n = config.MAX_FUSED_N + 100
     x = torch.randn(2, n, device=device, dtype=F16)
     w = torch.randn(n, device=device, dtype=F16)
     assert_rule(x, w, 1e-6)
 
 
 @pytest.mark.parametrize("x_dtype, w_dtype", CASES, ids=str)
-@pytest.mark.parametrize("n", [257, ops.MAX_FUSED_N_BWD + 64])  # one tile; column tiles
+@pytest.mark.parametrize("n", [257, config.MAX_FUSED_N_BWD + 64])  # one tile; column tiles
 def test_gradients_match_the_oracle_of_hf_formula(x_dtype, w_dtype, n, device):
     m = 9 if n < 4096 else 3
     x = torch.randn(m, n, device=device, dtype=x_dtype, requires_grad=True)

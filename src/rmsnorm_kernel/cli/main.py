@@ -124,15 +124,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_check_environment(console)
 
-    from rmsnorm_kernel.cli.validate import ConfigError
+    from rmsnorm_kernel.cli.validate import ConfigError, check_command_config, compose_error
 
     overrides = list(args.overrides)
     if cmd in PRESETS:
         overrides.insert(0, PRESETS[cmd])
     if getattr(args, "quick", False):
         overrides.insert(0, "benchmark=quick")
-    cfg = compose(overrides, config_dir=args.config_dir)
     try:
+        try:
+            cfg = compose(overrides, config_dir=args.config_dir)
+        except Exception as exc:  # noqa: BLE001 - Hydra's override/composition errors vary
+            raise compose_error(overrides, exc) from exc
+        check_command_config(cfg)
         return _run(cmd, cfg, console)
     except ConfigError as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)

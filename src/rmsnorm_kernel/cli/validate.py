@@ -35,3 +35,42 @@ def choice(value, key: str, allowed) -> str:
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {list(allowed)} (got {value!r})")
     return value
+
+
+#: The largest seed a torch generator seeded from ``campaign.seed`` takes here.
+MAX_SEED = 2**32 - 1
+
+
+def seed(value, key: str) -> int:
+    """``value`` as a seed: an integer in ``[0, MAX_SEED]`` (``1.5``, ``"abc"``, ``-3`` refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"{key} must be an integer in [0, {MAX_SEED}] (got {value!r})")
+    return int(value)
+
+
+def check_command_config(cfg) -> None:
+    """Rules of the command set's own keys that no command checks later: ``campaign.seed``.
+
+    To call before ``_run`` (inside its ``ConfigError`` handler, so a bad value exits 2)."""
+    campaign = cfg.get("campaign") if hasattr(cfg, "get") else None
+    if campaign is not None and "seed" in campaign:
+        seed(campaign["seed"], "campaign.seed")
+
+
+def compose_error(overrides, error: Exception) -> ConfigError:
+    """A Hydra composition error (unknown key, malformed override such as a bare ``garbage``) as
+    one line naming the override: ``compose`` raises it, the command exits 2."""
+    text = " ".join(str(error).split())
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    culprit = next((o for o in overrides if o.split("=")[0] and o.split("=")[0] in text), None)
+    if "Could not override" in text or "not in struct" in text:
+        key = (culprit or "?").split("=", 1)[0]
+        return ConfigError(
+            f"override {culprit!r}: no key {key!r} in the config (a new key needs +{culprit})"
+        )
+    if "Error parsing override" in text:
+        reason = lines[1] if len(lines) > 1 else text
+        return ConfigError(
+            f"override {culprit!r} must be key=value, +key=value or ~key (Hydra: {reason})"
+        )
+    return ConfigError(f"overrides {list(overrides)}: {text}")

@@ -22,3 +22,13 @@ Imports the kernel layer (``rmsnorm_kernel``), never the reverse, and never the 
     reload      check_checkpoints and `python -m rmsnorm_kernel.experiment.reload`
     equivalence a DDP run against one process of the same branch (curves, metric, weights)
 """
+
+import secrets
+
+from omegaconf import OmegaConf
+
+#: ``${unique:}`` in conf/hydra/default.yaml: 6 random hex digits, drawn once per composed config
+#: (cached, and Hydra copies the cache into every job of a sweep), so two runs or sweeps started
+#: in the same second still get their own directory.
+if not OmegaConf.has_resolver("unique"):
+    OmegaConf.register_new_resolver("unique", lambda: secrets.token_hex(3), use_cache=True)

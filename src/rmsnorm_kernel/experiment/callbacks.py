@@ -39,6 +39,12 @@ class CheckFailed(RuntimeError):
     """A run's check failed: the run must not be reported as a success."""
 
 
+class ExportFailed(CheckFailed):
+    """The trained net could not be written to the checkpoint dir (a file in the way, read-only,
+    disk full). Training is not lost: ``last.ckpt`` is saved (:class:`SaveOnInterrupt`) and
+    ``train(cfg)`` still writes ``metrics.json`` (with ``export_error``) before raising."""
+
+
 def _calls() -> tuple[int, int]:
     return rmsnorm_kernel.CALLS["forward"], rmsnorm_kernel.CALLS["backward"]
 
@@ -179,16 +185,24 @@ class SafetensorsCheckpoint(L.Callback):
             said = None if error is None else f"{type(error).__name__}: {error}"
             said = trainer.strategy.broadcast(said, src=0)
             if error is None and said is not None:
-                raise CheckFailed(f"the export on rank 0 failed: {said}")
+                raise ExportFailed(f"the export on rank 0 failed: {said}")
         if error is not None:
             raise error
 
     def _export(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         net: nn.Module = pl_module.net
         test_inputs = trainer.datamodule.splits["test"][0]
-        self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.directory / f".{self.stem}.{os.getpid()}.tmp"
-        write_checkpoint(tmp, net, test_inputs, self.metadata)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_checkpoint(tmp, net, test_inputs, self.metadata)
+        except OSError as e:
+            if tmp.parent.is_dir():
+                tmp.unlink(missing_ok=True)
+            raise ExportFailed(
+                f"paths.checkpoint_dir {self.directory}: the export could not be written "
+                f"({e.strerror or e}); the trained state is kept in last.ckpt"
+            ) from e
         digest = sha256_of(tmp)
         with index.locked(self.directory):
             path = unique_path(self.directory, self.stem)
@@ -248,6 +262,28 @@ class TestMetric(L.Callback):
             )
 
 
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+class RecordRunIdentity(L.Callback):
+    """Every Lightning checkpoint of the run (``last.ckpt``, interrupt or not) records the run's
+    branch and config (:func:`~.identity.run_identity`) under ``CHECKPOINT_KEY``, so a run refuses
+    to resume from another branch's or config's checkpoint (:func:`~.identity.check_resume`).
+    ``train(cfg)`` adds it to every run, whatever ``cfg.callbacks`` holds."""
+
+    def __init__(self, identity: dict[str, Any]) -> None:
+        self.identity = identity
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict[str, Any]) -> None:
+        from .identity import CHECKPOINT_KEY
+
+        checkpoint[CHECKPOINT_KEY] = self.identity
+
+
 class SaveOnInterrupt(L.Callback):
     """Ctrl-C or SIGTERM during fit: finish the step, save ``dirpath/last.ckpt``, say how to resume.
 
@@ -256,14 +292,24 @@ class SaveOnInterrupt(L.Callback):
     exactly. A Ctrl-C arriving mid-step would leave half-updated weights, so during fit the first
     Ctrl-C is turned into that same graceful stop; a second Ctrl-C stops at once, without saving.
     ``train(cfg)`` then exits 130 (Ctrl-C) or 143 (SIGTERM).
+
+    Resumed, the curves continue step for step. Lightning logs a step's ``train/loss`` at its
+    counter ``_batches_that_stepped``, which in a run that never stopped equals ``global_step`` at
+    the start of every batch; on resume Lightning re-derives that counter from where in the step
+    the checkpoint was saved, and a stop after a step that ran validation came back one ahead
+    (every later point logged one step late: seen on the H200, whose first validation is slow
+    enough to catch the signal). So at the first training batch of every fit the counter is set
+    back to ``global_step`` (a no-op in a fresh run). Optimizer steps and weights are untouched.
     """
 
     def __init__(self, dirpath: str | Path) -> None:
         self.path = Path(dirpath) / "last.ckpt"
         self.stopped_by_ctrl_c = False
         self._previous: Any = None
+        self._align_log_step = False
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._align_log_step = True
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
         self._previous = signal.getsignal(signal.SIGINT)
@@ -275,6 +321,12 @@ class SaveOnInterrupt(L.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
         signal.signal(signal.SIGINT, ctrl_c)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._align_log_step:
+            self._align_log_step = False
+            if pl_module.automatic_optimization:
+                trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
     def _restore(self) -> None:
         if self._previous is not None:
@@ -288,12 +340,19 @@ class SaveOnInterrupt(L.Callback):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         self._restore()
+        if isinstance(exception, ExportFailed):  # training finished: keep what it made
+            trainer.save_checkpoint(self.path)
+            print(f"\nexport failed: saved {self.path}", flush=True)
+            return
         if not isinstance(exception, SIGTERMException) or trainer.state.fn != "fit":
             return  # e.g. a second Ctrl-C: the step may be half done, nothing worth saving
         trainer.save_checkpoint(self.path)
         what = "Ctrl-C" if self.stopped_by_ctrl_c else "SIGTERM"
-        print(
-            f"\n{what} at step {trainer.global_step}: saved {self.path}\n"
-            f"resume with the same command plus: ckpt_path={self.path}",
-            flush=True,
-        )
+        if _in_multirun():  # one path would resume every branch from this branch's state
+            advice = (
+                "resume the sweep with the same command plus: ckpt_path=auto (each branch "
+                "resumes from its own last.ckpt; branches that never started start fresh)"
+            )
+        else:
+            advice = f"resume with the same command plus: ckpt_path={self.path}"
+        print(f"\n{what} at step {trainer.global_step}: saved {self.path}\n{advice}", flush=True)

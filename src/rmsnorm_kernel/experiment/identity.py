@@ -8,6 +8,11 @@
 - :func:`run_label`: ``norm=triton,seed=1,hidden_features=32``: the branch, the seed and every
   other override the sweep varies, used as the TensorBoard run name so its run filter separates
   branches, seeds and groups.
+- :func:`resume_config` / :func:`resume_hash`: what a Lightning checkpoint must share with the run
+  that resumes from it: the config hash's contents without ``ckpt_path``, ``train``/``test`` and
+  the step/epoch budget (a run stopped at step k resumes with any budget). Every ``last.ckpt``
+  records them with the norm (:data:`CHECKPOINT_KEY`); :func:`check_resume` refuses another
+  branch's or another config's checkpoint, naming the keys that differ.
 """
 
 from __future__ import annotations
@@ -15,11 +20,23 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from .settings import SettingsError
+
 #: Keys that say where outputs go, not what is trained or measured.
 UNHASHED = ("paths", "callbacks", "logger", "config_hash", "run_label")
+#: Keys a resumed run may change: where it starts from, whether it fits/tests, its budget.
+RESUME_FREE = ("ckpt_path", "train", "test")
+RESUME_FREE_TRAINER = ("max_steps", "max_epochs")
+#: Where a Lightning checkpoint of this project records its run identity.
+CHECKPOINT_KEY = "rmsnorm_kernel_run"
+
+
+class ResumeRefused(SettingsError):
+    """A checkpoint belongs to another branch or config (one line naming what differs)."""
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -83,3 +100,109 @@ def run_label(cfg: DictConfig) -> str:
     for key, name in short_names(others).items():
         parts[name] = values.get(key, "?")
     return ",".join(f"{k}={v}".replace("/", "_") for k, v in parts.items())
+
+
+def resume_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config a checkpoint must share with a run resuming from it (plain dict)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = {k: v for k, v in plain.items() if k not in (*UNHASHED, *RESUME_FREE)}
+    trainer = dict(plain.get("trainer") or {})
+    plain["trainer"] = {k: v for k, v in trainer.items() if k not in RESUME_FREE_TRAINER}
+    return json.loads(json.dumps(plain, sort_keys=True, default=str))
+
+
+def resume_hash(cfg: DictConfig) -> str:
+    """12 hex digits of :func:`resume_config`."""
+    text = json.dumps(resume_config(cfg), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def run_identity(cfg: DictConfig) -> dict[str, Any]:
+    """What every Lightning checkpoint of this run records under :data:`CHECKPOINT_KEY`."""
+    return {
+        "norm": str(cfg.norm.name),
+        "resume_hash": resume_hash(cfg),
+        "config_hash": str(cfg.config_hash),
+        "run_dir": str(cfg.paths.output_dir),
+        "config": resume_config(cfg),
+    }
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def read_identity(path: Path) -> dict[str, Any] | None:
+    """The run identity recorded in Lightning checkpoint ``path`` (None when it has none).
+
+    Loaded with ``weights_only=True``: nothing in the file is executed."""
+    import torch
+
+    try:
+        checkpoint = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - truncated, not a checkpoint, pickled code...
+        raise ResumeRefused(
+            f"ckpt_path must be a Lightning checkpoint of this project; {path} cannot be read "
+            f"({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+        ) from e
+    identity = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    return identity if isinstance(identity, dict) else None
+
+
+def check_resume(cfg: DictConfig, path: Path) -> dict[str, Any]:
+    """The identity of checkpoint ``path`` if this run may resume from it, else
+    :class:`ResumeRefused`: another norm (branch), or another config (the differing keys named)."""
+    identity = read_identity(path)
+    if identity is None:
+        raise ResumeRefused(
+            f"ckpt_path must be a last.ckpt recording its branch and config; {path} records "
+            "none (saved by another program or an older version): start without ckpt_path"
+        )
+    norm = str(cfg.norm.name)
+    if identity.get("norm") != norm:
+        raise ResumeRefused(
+            f"ckpt_path must be a checkpoint of this branch (norm={norm}); {path} is "
+            f"norm={identity.get('norm')}'s: resume each branch from its own last.ckpt "
+            "(ckpt_path=auto finds it)"
+        )
+    if identity.get("resume_hash") != resume_hash(cfg):
+        ours, theirs = _flat(resume_config(cfg)), _flat(identity.get("config") or {})
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        shown = ", ".join(f"{k}={theirs.get(k)!r} (this run {ours.get(k)!r})" for k in differ[:3])
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise ResumeRefused(
+            f"ckpt_path must be a checkpoint of this config; {path} was saved with {shown}{more}"
+        )
+    return identity
+
+
+def find_resumable(cfg: DictConfig, root: Path, exclude: Path | None = None) -> Path | None:
+    """``ckpt_path=auto``: the newest ``last.ckpt`` under ``root`` of a run of this branch and
+    config that did not finish (no ``metrics.json`` beside its ``lightning_checkpoints/``)."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    mine = resume_hash(cfg)
+    found = []
+    for path in root.rglob("lightning_checkpoints/last.ckpt"):
+        run_dir = path.parent.parent
+        if (run_dir / "metrics.json").exists():
+            continue  # finished: rerunning it from scratch gives the same result
+        if exclude is not None and run_dir.resolve() == Path(exclude).resolve():
+            continue
+        try:
+            identity = read_identity(path)
+        except ResumeRefused:
+            continue
+        if (
+            identity
+            and identity.get("resume_hash") == mine
+            and identity.get("norm") == cfg.norm.name
+        ):
+            found.append((path.stat().st_mtime, str(path)))
+    return Path(max(found)[1]) if found else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -20,14 +21,23 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from .callbacks import ExportFailed, RecordRunIdentity
 from .checkpoint import load_checkpoint
-from .identity import config_hash, hydra_overrides, run_label
+from .identity import (
+    check_resume,
+    config_hash,
+    find_resumable,
+    hydra_overrides,
+    run_identity,
+    run_label,
+)
 from .launch import processes_to_start, spawn, stop_on_request
-from .settings import check_compare_settings
+from .settings import check_train_config
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
+PROBE_FILE = "initial_probe.safetensors"
 #: Exit status of a run stopped by SIGTERM or Ctrl-C (128 + the signal number, as shells say).
 SIGTERM_EXIT = 143
 CTRL_C_EXIT = 130
@@ -69,6 +79,33 @@ def _fill_identity(cfg: DictConfig) -> None:
             cfg.run_label = run_label(cfg)
 
 
+def _resolve_resume(cfg: DictConfig) -> dict[str, Any] | None:
+    """Check ``cfg.ckpt_path`` (a ``last.ckpt``) against this run; ``auto`` becomes this branch's
+    and config's newest unfinished run under ``paths.runs_root``, or null (start from scratch).
+    Returns the checkpoint's recorded identity (None when not resuming).
+
+    Raises :class:`~.identity.ResumeRefused` for another branch's or config's checkpoint."""
+    ckpt_path = cfg.get("ckpt_path")
+    if ckpt_path == "auto":
+        root = Path(cfg.paths.get("runs_root") or "outputs")
+        found = find_resumable(cfg, root, exclude=Path(cfg.paths.output_dir))
+        with open_dict(cfg):
+            cfg.ckpt_path = None if found is None else str(found)
+        if found is None:
+            log.info("ckpt_path=auto: no unfinished run of norm=%s under %s", cfg.norm.name, root)
+            print(
+                f"ckpt_path=auto: nothing to resume for norm={cfg.norm.name} under {root}: "
+                "starting from step 0",
+                flush=True,
+            )
+            return None
+        print(f"ckpt_path=auto: norm={cfg.norm.name} resumes from {found}", flush=True)
+        ckpt_path = str(found)
+    if not ckpt_path or str(ckpt_path).endswith(".safetensors"):
+        return None
+    return check_resume(cfg, Path(ckpt_path))
+
+
 def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     """Build, fit and test in this process; return what this rank measured.
 
@@ -82,6 +119,7 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     datamodule, model = build(cfg)
     phase_s["build"] = time.perf_counter() - t0
     callbacks = _callbacks(cfg)
+    callbacks["run_identity"] = RecordRunIdentity(run_identity(cfg))
     if (stop := stop_on_request()) is not None:  # a DDP child: SIGTERM/Ctrl-C come this way
         callbacks["stop_on_request"] = stop
     logger = instantiate(cfg.logger) if cfg.get("logger") else False
@@ -93,6 +131,7 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     if ckpt_path and str(ckpt_path).endswith(".safetensors"):
         _warm_start(model, ckpt_path)
         ckpt_path = None
+    export_error = None
     if cfg.get("train", True):
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -103,6 +142,8 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
             # Lightning's SIGTERMException is a SystemExit without a code, which would exit 0.
             ctrl_c = any(getattr(c, "stopped_by_ctrl_c", False) for c in callbacks.values())
             raise SystemExit(CTRL_C_EXIT if ctrl_c else SIGTERM_EXIT) from e
+        except ExportFailed as e:  # trained, last.ckpt saved: test, record, then fail
+            export_error = str(e)
         phase_s["fit"] = time.perf_counter() - t0
     if cfg.get("test", True):
         t0 = time.perf_counter()
@@ -125,6 +166,8 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     }
     for callback in callbacks.values():
         metrics.update(getattr(callback, "result", {}))
+    if export_error is not None:
+        metrics["export_error"] = export_error
     return metrics
 
 
@@ -142,33 +185,45 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         recorded: with the default callbacks ``forward_calls``, ``backward_calls``,
         ``expected_calls``, ``session_steps``, ``train_steps`` (the total, resumed steps
         included), ``checkpoint``, ``checkpoint_sha256``, ``reload_max_diff``,
-        ``reload_tensor_max_diff`` and the test metric (``test/mse``); under DDP also
+        ``reload_tensor_max_diff`` and the test metric (``test/mse``), and ``resumed_from`` (the
+        ``last.ckpt`` this run resumed from, or null); under DDP also
         ``forward_calls_per_rank`` and ``backward_calls_per_rank``. Keys of checks that did not
         run (``train=false``, ``test=false``) are absent.
 
     Raises:
+        SettingsError: a config value, path or ``ckpt_path`` breaks its rule (one line naming the
+            key, the rule and the value), before anything is written.
         CheckFailed: from a callback whose check failed (in any rank).
+        ExportFailed: the export could not be written; raised after ``metrics.json`` (with
+            ``export_error``) and ``last.ckpt`` are saved.
         SystemExit: 143 after SIGTERM, 130 after Ctrl-C (``last.ckpt`` saved first by the
             interrupt callback).
     """
-    if cfg.paths.output_dir is None:
-        raise ValueError(
-            "cfg.paths.output_dir is null: set it (the @hydra.main shell uses the Hydra run dir)"
-        )
-    if cfg.get("compare") is not None:
-        check_compare_settings(cfg.compare)  # a bad tolerance fails before hours of training
+    # Every value and path rule, before anything is built or written (a bad tolerance or an
+    # unwritable checkpoint dir fails now, not after hours of training).
+    check_train_config(cfg)
     nprocs = processes_to_start(cfg.trainer)  # a bad device request fails before any output
     start = time.perf_counter()
     _fill_identity(cfg)
+    resumed = _resolve_resume(cfg)  # another branch's or config's last.ckpt: refused here
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if resumed is not None:
+        # The first-batch probe was taken before step 0, in the run that stopped: the sweep
+        # comparison reads it from this run's dir.
+        probe = Path(resumed.get("run_dir", "")) / PROBE_FILE
+        if probe.is_file() and not (output_dir / PROBE_FILE).exists():
+            shutil.copyfile(probe, output_dir / PROBE_FILE)
     # In-memory tensors: DataLoader workers would only add process start-up time.
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 
     metrics = spawn(fit_and_test, cfg, nprocs) if nprocs > 1 else fit_and_test(cfg)
+    metrics["resumed_from"] = cfg.get("ckpt_path") if resumed is not None else None
     metrics["overrides"] = hydra_overrides()  # the parent's: children have no Hydra state
     metrics["wall_time_s"] = round(time.perf_counter() - start, 3)
     if metrics["global_rank"] == 0:  # other ranks of a cluster-started run write nothing
         (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
         log.info("metrics: %s", metrics)
+    if metrics.get("export_error"):  # metrics.json and last.ckpt are kept; the run still fails
+        raise ExportFailed(metrics["export_error"])
     return metrics

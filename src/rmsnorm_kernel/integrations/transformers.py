@@ -11,7 +11,8 @@ restores the original classes.
 A class is patched only when its math is one this file reproduces *exactly*, including where the
 result is rounded. That is decided from the installed source, statement for statement (comments,
 docstrings, type hints and decorators aside), against the two conventions below, so a class whose
-code changes in a future transformers release is refused instead of approximated:
+code changes in a future transformers release is refused instead of approximated. Classes are
+recognised by that source whatever their name (T5's is ``T5LayerNorm``):
 
 ``llama``  (LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm, Qwen3RMSNorm, Phi3RMSNorm, ...)::
 
@@ -22,15 +23,30 @@ code changes in a future transformers release is refused instead of approximated
 
     y = (x.float() * rsqrt(mean(x.float()**2) + eps) * (1 + weight.float())).type_as(x)
 
-The kernel computes ``x * r * (offset + w)`` in float32 (float64 for float64 input) and rounds once
-to ``x.dtype``. That is exactly gemma's rule (``offset=1``), and llama's when x is float32. For a
-float16/bfloat16 x, llama rounds twice (``x*r`` to x's dtype, then the product with the weight in
-the promoted dtype), so the kernel normalises without the weight and the weight is applied by the
-same PyTorch multiplication. Both conventions compute in float32 even for float64 input; so does
-the patch.
+``t5``  (T5LayerNorm, and its copies: MT5, UMT5, LongT5, SwitchTransformers, Pop2Piano, ...)::
 
-Not covered: any other class with "RMSNorm" in its name (an error names it, unless the caller
-passes ``allow_unknown=True``, which leaves such modules as they are).
+    h = x * rsqrt(mean(x.float()**2) + variance_epsilon)     # float32 (x promoted by r)
+    y = weight * (h.to(weight.dtype) if weight is half else h)
+
+  reproduced by :func:`_t5_forward` (below); a float64 input, which T5 multiplies in float64 by a
+  float32 ``r``, is refused when the module runs.
+
+The kernel's default rule computes ``x * r * (offset + w)`` in float32 (float64 for float64 input)
+and rounds once to ``x.dtype``: exactly gemma's rule (``offset=1``). Llama rounds twice (``x*r`` to
+x's dtype, then the product with the weight in the promoted dtype): the kernel's
+``rounding="llama"`` does exactly that, in the same single forward and backward launches. Both
+conventions compute in float32 even for float64 input; so does the patch (a float64 input or
+weight normalises in float32 without the weight, which PyTorch then applies).
+
+Refused before anything changes (:class:`UnsupportedNormError`, naming the module's path in the
+model): any other class with "RMSNorm" in its name (unless the caller passes
+``allow_unknown=True``, which leaves such modules as they are, logged), and a module whose eps is
+not what the kernel takes (a finite real > 0 that fits in float32: ``rms_norm_eps=0`` is refused
+at patch time, not at the first forward). Other modules whose forward calls ``rsqrt`` are left as
+they are and logged.
+
+Patched modules pickle (``torch.save``, ``copy.deepcopy``): the kernel subclass reduces to its
+original class, importable by name, plus the rule; loading makes the same kernel subclass again.
 """
 
 from __future__ import annotations
@@ -38,6 +54,7 @@ from __future__ import annotations
 import ast
 import inspect
 import logging
+import math
 import numbers
 import textwrap
 from collections.abc import Callable
@@ -68,15 +85,15 @@ def _llama_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     weight = self.weight
     eps = self.variance_epsilon
     x_dtype = hidden_states.dtype
-    if x_dtype == torch.float32 and weight.dtype != torch.float64:
-        # x * r is already float32 and the product with the weight is rounded once, in float32:
-        # the kernel's single rounding is the same rule, so it applies the weight itself.
-        return rmsnorm(hidden_states, weight, eps)
+    if x_dtype != torch.float64 and weight.dtype != torch.float64:
+        # One launch each way: the kernel rounds x * r to x's dtype, then multiplies by the
+        # weight in the promoted dtype, exactly as Llama's ``weight * h.to(input_dtype)``.
+        return rmsnorm(hidden_states, weight, eps, rounding="llama")
     if x_dtype == torch.float64:
         # Llama computes in float32 whatever the input, then casts back before the weight.
         normed = rmsnorm(hidden_states.float(), None, eps).to(x_dtype)
     else:
-        # x * r rounded to x's dtype, as Llama's ``.to(input_dtype)`` does before the weight.
+        # A float64 weight: x * r rounded to x's dtype, then the product in float64.
         normed = rmsnorm(hidden_states, None, eps)
     return weight * normed
 
@@ -87,6 +104,38 @@ def _gemma_forward(self, x: torch.Tensor) -> torch.Tensor:
         # Gemma computes in float32 whatever the input, then casts back.
         return rmsnorm(x.float(), self.weight, self.eps, offset=1.0).to(x.dtype)
     return rmsnorm(x, self.weight, self.eps, offset=1.0)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _t5_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``hidden_states [..., N]`` -> ``[..., N]``: T5's rule (see the module docstring).
+
+    ``h = x * r`` is float32 for float16/bfloat16/float32 x (``r`` is float32, x promotes to it).
+    A half weight: ``h`` rounded to the weight's dtype, then the product in that dtype. A float32
+    weight: the product in float32, one more rounding: the kernel's ``x * r * w`` on float32 x.
+    A float64 weight: the float32 ``h`` times it in float64.
+    """
+    weight = self.weight
+    eps = self.variance_epsilon
+    x_dtype, w_dtype = hidden_states.dtype, weight.dtype
+    if x_dtype == torch.float64:
+        raise TypeError(
+            f"{type(self).__name__} patched with the t5 rule: float64 input is refused (T5 "
+            "multiplies float64 x by a float32 r, which the kernel does not reproduce); "
+            "unpatch the model or run it in float32"
+        )
+    if w_dtype in _HALF:
+        if x_dtype == w_dtype:  # float32 x * r rounded once to the weight's dtype, in the kernel
+            normed = rmsnorm(hidden_states, None, eps)
+        else:  # x * r in float32, then PyTorch's rounding to the weight's dtype
+            normed = rmsnorm(hidden_states.float(), None, eps).to(w_dtype)
+        return weight * normed
+    x32 = hidden_states.float()  # exact for half x; the same tensor for float32 x
+    if w_dtype == torch.float32:
+        return rmsnorm(x32, weight, eps)
+    return weight * rmsnorm(x32, None, eps)
 
 
 @dataclass(frozen=True)
@@ -118,10 +167,22 @@ def forward(self, x):
     return output.type_as(x)
 """
 
+_T5_SOURCE = """
+def forward(self, hidden_states):
+    variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+    if self.weight.dtype in [torch.float16, torch.bfloat16]:
+        hidden_states = hidden_states.to(self.weight.dtype)
+    return self.weight * hidden_states
+"""
+
 CONVENTIONS: dict[str, Convention] = {
     "llama": Convention("llama", _LLAMA_SOURCE, "variance_epsilon", _llama_forward),
     "gemma": Convention("gemma", _GEMMA_SOURCE, "eps", _gemma_forward),
+    "t5": Convention("t5", _T5_SOURCE, "variance_epsilon", _t5_forward),
 }
+#: The rules whose norm the fused residual add (``add_norm``) reproduces.
+FUSABLE_RULES = ("llama", "gemma")
 
 #: The families the tests build and check; others are patched when their source matches.
 FAMILIES = {
@@ -133,6 +194,7 @@ FAMILIES = {
     "GemmaRMSNorm": "gemma",
     "Gemma2RMSNorm": "gemma",
     "Gemma3RMSNorm": "gemma",
+    "T5LayerNorm": "t5",
 }
 
 
@@ -202,36 +264,90 @@ def convention_of(cls: type) -> str | None:
 # Patched classes: one subclass per original class, so isinstance checks and the "RMSNorm" in the
 # class name (which transformers' weight initialisation looks for) still hold.
 
-_KERNEL_CLASSES: dict[type, type] = {}
+_KERNEL_CLASSES: dict[tuple[type, str], type] = {}
+#: ``_rmsnorm_kernel_rule`` of patched decoder layers (norms carry their convention's name).
+FUSED_RULE = "fused residual"
 
 
-def _kernel_class(cls: type, forward: Callable, rule: str) -> type:
-    """The subclass of ``cls`` whose ``forward`` is ``forward`` (made once per class).
+def _rule_forward(rule: str) -> Callable:
+    if rule == FUSED_RULE:
+        return fused_decoder_forward
+    if rule in CONVENTIONS:
+        return CONVENTIONS[rule].forward
+    raise ValueError(f"unknown rmsnorm_kernel rule {rule!r}")
+
+
+def _reduce_patched(self, protocol):
+    """Pickle a patched module as its original class (importable by name) and its rule; loading
+    (:func:`_rebuild_patched`) makes the same kernel subclass again in the loading process."""
+    cls = type(self)
+    return (
+        _rebuild_patched,
+        (cls._rmsnorm_kernel_original, cls._rmsnorm_kernel_rule),
+        self.__getstate__(),
+    )
+
+
+def _rebuild_patched(original: type, rule: str) -> nn.Module:
+    """An empty instance of ``original``'s kernel subclass for ``rule``; pickle then restores its
+    state (``nn.Module.__setstate__``)."""
+    module = original.__new__(original)
+    module.__class__ = _kernel_class(original, rule)
+    return module
+
+
+def _kernel_class(cls: type, rule: str) -> type:
+    """The subclass of ``cls`` whose ``forward`` runs the kernel by ``rule`` (made once).
 
     ``rule``: the convention's name for norms (``_rmsnorm_kernel_rule``, read by the fused
-    residual path), "fused residual" for decoder layers.
+    residual path), :data:`FUSED_RULE` for decoder layers. The subclass is named
+    ``Kernel<cls name>`` and pickles through :func:`_reduce_patched`, so a patched model can be
+    saved with ``torch.save``, pickled and deep-copied.
     """
-    if cls not in _KERNEL_CLASSES:
-        _KERNEL_CLASSES[cls] = type(
+    key = (cls, rule)
+    if key not in _KERNEL_CLASSES:
+        _KERNEL_CLASSES[key] = type(
             f"Kernel{cls.__name__}",
             (cls,),
             {
-                "forward": forward,
+                "forward": _rule_forward(rule),
                 "__module__": __name__,
+                "__qualname__": f"Kernel{cls.__name__}",
                 "__doc__": f"{cls.__name__} running rmsnorm_kernel ({rule}).",
+                "__reduce_ex__": _reduce_patched,
                 "_rmsnorm_kernel_original": cls,
                 "_rmsnorm_kernel_rule": rule,
             },
         )
-    return _KERNEL_CLASSES[cls]
+    return _KERNEL_CLASSES[key]
 
 
 def _is_patched(module: nn.Module) -> bool:
     return "_rmsnorm_kernel_original" in type(module).__dict__
 
 
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+_CALLS_RSQRT: dict[type, bool] = {}
+
+
 def _looks_like_rmsnorm(module: nn.Module) -> bool:
-    return "rmsnorm" in type(module).__name__.lower()
+    """Named like an RMSNorm or a family's class (refused unless it matches), or any class with a
+    convention's source (T5LayerNorm's copies: LongT5LayerNorm, ...)."""
+    cls = type(module)
+    name = cls.__name__
+    return "rmsnorm" in name.lower() or name in FAMILIES or convention_of(cls) is not None
+
+
+def _calls_rsqrt(cls: type) -> bool:
+    """Whether ``cls.forward``'s source calls ``rsqrt``: an RMSNorm-like module, worth a log line
+    when it is left unpatched."""
+    if cls not in _CALLS_RSQRT:
+        try:
+            source = inspect.getsource(cls.forward)
+        except (AttributeError, OSError, TypeError):
+            source = ""
+        _CALLS_RSQRT[cls] = "rsqrt" in source
+    return _CALLS_RSQRT[cls]
 
 
 def _check_attributes(path: str, module: nn.Module, convention: Convention) -> None:
@@ -244,6 +360,12 @@ def _check_attributes(path: str, module: nn.Module, convention: Convention) -> N
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise UnsupportedNormError(
             f"{cls} at '{path}': {convention.eps_attr} must be a real number (got {eps!r})"
+        )
+    if not (math.isfinite(eps) and 0 < eps <= _FLOAT32_MAX):
+        raise UnsupportedNormError(
+            f"{cls} at '{path}': {convention.eps_attr} must be a finite real > 0 that fits in "
+            f"float32, as the kernel requires (got {eps!r}; in a config: rms_norm_eps / "
+            "layer_norm_epsilon)"
         )
 
 
@@ -303,26 +425,33 @@ def patch(model: nn.Module, *, fuse_residual: bool = False, allow_unknown: bool 
 
     Raises:
         UnsupportedNormError: a module looks like an RMSNorm (class name) but its source is not
-            one of :data:`CONVENTIONS`, or its weight/eps are not what that convention reads; or
-            a decoder layer cannot be fused. Raised before any module is changed.
+            one of :data:`CONVENTIONS`, or its weight/eps are not what that convention reads
+            (eps must be a finite real > 0 that fits in float32; the message names the module's
+            path in ``model``); or a decoder layer cannot be fused. Raised before any module is
+            changed. Modules left as they are (``allow_unknown``, or not named RMSNorm but
+            calling ``rsqrt``) are logged at WARNING on logger ``rmsnorm_kernel``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
-    todo: list[tuple[nn.Module, Callable, str]] = []
+    todo: list[tuple[nn.Module, str]] = []
     skipped: list[str] = []
-    rule_norms: set[int] = set()  # norms that are, or will be, patched with a known rule
+    rule_norms: set[int] = set()  # norms that are, or will be, patched with a fusable rule
     for path, module in model.named_modules():
-        if not _looks_like_rmsnorm(module):
-            continue
         if _is_patched(module):
-            rule_norms.add(id(module))
+            if type(module)._rmsnorm_kernel_rule in FUSABLE_RULES:
+                rule_norms.add(id(module))
+            continue
+        if not _looks_like_rmsnorm(module):
+            if _calls_rsqrt(type(module)):
+                skipped.append(f"{type(module).__name__} at '{path}' (RMSNorm-like: calls rsqrt)")
             continue
         convention = _norm_plan(path, module, allow_unknown)
         if convention is None:
             skipped.append(f"{type(module).__name__} at '{path}'")
             continue
-        rule_norms.add(id(module))
-        todo.append((module, convention.forward, convention.name))
+        if convention.name in FUSABLE_RULES:
+            rule_norms.add(id(module))
+        todo.append((module, convention.name))
     if fuse_residual:
         for path, layer in model.named_modules():
             if _is_patched(layer) or not type(layer).__name__.endswith("DecoderLayer"):
@@ -334,9 +463,9 @@ def patch(model: nn.Module, *, fuse_residual: bool = False, allow_unknown: bool 
                     raise
                 skipped.append(f"{type(layer).__name__} at '{path}' (not fused)")
                 continue
-            todo.append((layer, fused_decoder_forward, "fused residual"))
-    for module, forward, what in todo:
-        module.__class__ = _kernel_class(type(module), forward, what)
+            todo.append((layer, FUSED_RULE))
+    for module, rule in todo:
+        module.__class__ = _kernel_class(type(module), rule)
     if skipped:
         log.warning("patch left %d module(s) unpatched: %s", len(skipped), "; ".join(skipped))
     return len(todo)

@@ -18,7 +18,22 @@ class CompareOnMultirunEnd(Callback):
 
     Hydra turns exceptions raised in callbacks into warnings, so failure leaves through
     ``SystemExit(1)``, which it does not catch: the process exits non-zero.
+
+    Before any job starts, a sweep dir that already holds files is refused (exit 2): the
+    comparison reads every run under it, so another sweep's runs would be judged as this one's.
+    The default sweep dir is unique per command (``${unique:}`` in ``conf/hydra/default.yaml``).
     """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        if sweep_dir.is_dir() and any(sweep_dir.iterdir()):
+            print(
+                f"error: hydra.sweep.dir must be a new or empty directory; {sweep_dir} already "
+                "holds another sweep's files",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

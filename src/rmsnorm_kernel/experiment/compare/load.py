@@ -75,6 +75,8 @@ def load_run(run_dir: Path) -> Run:
     if not path.is_file():
         raise ComparisonError(f"{run_dir}: no {METRICS_FILE} (the run did not finish)")
     metrics = json.loads(path.read_text())
+    if metrics.get("export_error"):
+        raise ComparisonError(f"{run_dir}: the run failed: {metrics['export_error']}")
     probe_path = run_dir / PROBE_FILE
     probe = load_file(str(probe_path)) if probe_path.is_file() else None
     log_dir = metrics.get("log_dir")

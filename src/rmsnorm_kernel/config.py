@@ -1,0 +1,256 @@
+"""Launch configurations as frozen values, and the one heuristic per kernel that picks them.
+
+A launch's geometry (block width, rows per program, warps, the backward's persistent grid and its
+dweight finish) is a :class:`ForwardConfig` or :class:`BackwardConfig`. :func:`forward_config` and
+:func:`backward_config` choose one from the problem's shape and device; the launchers in
+:mod:`.ops` take an explicit config instead when one is given, so tuning scripts pass configs and
+never rebind module globals. Everything a config decides reaches the kernel as a constexpr,
+``num_warps`` or the grid, so the compiled-handle cache (:mod:`.launch`) keys on it.
+
+Each heuristic constant below says what was measured to choose it (one H200, bf16, 64M elements
+unless stated; ``experiments/kernel_perf/``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+import triton
+
+from .contract import ContractValueError
+
+#: Forward: widest row kept whole in registers. One pass at 32768 columns 77.9 us vs 79.0 us
+#: chunked; at 65536 one pass 99.7 us vs 97.3 us in chunks of 16384, so wider rows are read in
+#: chunks, twice (the second read mostly hits L2).
+MAX_FUSED_N = 32768
+#: Chunk width of wider forward rows, at LOOP_WARPS: 16384 x 32 warps was fastest or equal at
+#: 65536-262144 columns (97.3 / 108.4 / 108.3 us; 4096 x 8 warps: 123.8 / 120.4 / 162.2 us).
+LOOP_BLOCK = 16384
+LOOP_WARPS = 32
+#: Forward rows this short run several rows per program (rmsnorm_forward_rows_kernel): one row
+#: per program reached 834 GB/s at 128 columns and 1632 GB/s at 256, several rows 3.7-3.8 TB/s.
+ROWS_MAX_N = 1024
+#: Values per program in the several-rows kernel (ROWS * BLOCK): 4096 was fastest or within 2%
+#: from 128 to 1024 columns, with 8 warps up to 256 columns and 4 warps above (70.6, 70.0, 72.2,
+#: 71.4 us at 128, 256, 512, 1024 columns).
+ROWS_TILE = 4096
+#: Fewer rows per program while the grid would leave SMs idle: below this many programs per SM
+#: (128 x 257 in 16 programs of 8 rows took 2.1 us, one row per program 1.6).
+ROWS_MIN_PROGRAMS_PER_SM = 2
+
+#: Backward: widest row kept whole in one program. One pass reaches 3.6 TB/s at 16384 columns (8
+#: warps), while 65536 in one pass took 1.5 ms for 1024 rows (spills), so wider rows take the
+#: column-tile path (~2.5 TB/s).
+MAX_FUSED_N_BWD = 16384
+#: Column tile for wider backward rows (after a separate mean(u*x) row reduction).
+BWD_TILE = 4096
+#: Warps of a column tile: 16 and 32 measured equal (645 us), 4 slower (727 us) at N >= 32768.
+BWD_TILE_WARPS = 16
+#: Software pipelining of the backward row loop (tl.range num_stages): 2 stages were slower than
+#: none (8192 columns 159.5 vs 135.8 us, 16384: 198.4 vs 154.9), so latency is hidden by programs
+#: in flight instead.
+BWD_STAGES = 1
+#: Backward persistent grid: programs per SM, by row block. Short rows need more programs in
+#: flight to keep memory busy: 8 per SM at 1024 columns took 456 us vs 948 us with 2 (the previous
+#: kernel, ~1.5 GB moved), and 4 was best at 2048. For the current kernel: 3 at 4096 columns (8
+#: warps) 130.2 us vs 141.1 with 2; 1 at 8192 (16 warps) 144.1 vs 149.0 with 2; 1 at 16384 (16
+#: warps) 135.3 vs 147.1 with 2. (These came from a sweep whose cached configs were not cleared
+#: between values; re-measure through explicit configs before trusting them further.)
+#: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
+PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 3}  # wider blocks: 1; narrower: 8
+#: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials
+#: and an odd-sized dweight tree (a node without a sibling).
+INTERPRETER_PROGRAMS = 5
+#: Budget for the dweight partials (programs x N x 8 bytes): the tutorial's 64 MiB, independent of
+#: M because the grid is persistent.
+DW_SCRATCH_BYTES = 64 << 20
+#: dweight finish: in the backward launch over a fixed tree (one launch: less host time, and no
+#: launch gap) up to this many elements (M * N), or for rows up to TREE_ALWAYS_N wide; otherwise a
+#: second launch sums the partials (dweight_sum_kernel). The tree's last program climbs
+#: ~log2(programs) levels one after another (an atomic and an L2 round trip each), each level
+#: moving N partials: the tree took 135.8 us at 1024 columns vs 157.7 us with the sum launch, but
+#: 159.5 vs 141.2 at 4096 and 194.1 vs 148.9 at 8192. Small problems (latency-bound, a program
+#: often owns one row) also accumulate their rows in float64: each term exact up to rstd's
+#: rounding; large ones accumulate rows in float32 (float64 costs ~1.5x the registers of the row
+#: loop: 126 vs 80 at 4096 columns, 8 warps), and every finish adds partials in float64.
+TREE_MAX_ELEMS = 1 << 22
+TREE_ALWAYS_N = 1024
+
+#: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
+ROW_DOT_BLOCK = 8192
+ROW_DOT_WARPS = 16
+#: dweight_sum_kernel tile: BLOCK_G x BLOCK_N float64 partials per step (32 x 128 = 32 KiB).
+SUM_BLOCK_G = 32
+SUM_BLOCK_N = 128
+
+_WARPS = (1, 2, 4, 8, 16, 32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardConfig:
+    """One forward launch.
+
+    ``rows > 0``: the several-rows kernel, ``rows`` rows of ``block >= N`` columns per program.
+    ``rows == 0``: one row per program, whole in registers when ``block >= N`` (one pass), else
+    walked in ``block``-column chunks (read twice).
+    """
+
+    block: int
+    rows: int
+    num_warps: int
+
+    def check(self, n: int) -> None:
+        """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
+        _check_block("ForwardConfig.block", self.block)
+        _check_warps("ForwardConfig.num_warps", self.num_warps)
+        if self.rows < 0:
+            raise ContractValueError(f"ForwardConfig.rows must be >= 0 (got {self.rows})")
+        if self.rows and self.block < n:
+            raise ContractValueError(
+                f"ForwardConfig.block must be >= N = {n} with rows > 0 (got {self.block})"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class BackwardConfig:
+    """One backward launch (plus the row reduction of wide rows and the dweight sum, if any).
+
+    ``block`` columns per program (the whole row when ``one_tile``; else ``cdiv(N, block)``
+    column tiles after a separate ``mean(u*x)`` launch); ``groups`` programs along the rows, each
+    owning ``rows_per_program`` consecutive rows; ``tree``: finish dweight inside the launch over a
+    fixed tree (else a second, fixed-order sum launch); ``dw_float64``: accumulate each program's
+    rows in float64.
+    """
+
+    block: int
+    one_tile: bool
+    groups: int
+    rows_per_program: int
+    num_warps: int
+    tree: bool
+    dw_float64: bool
+    stages: int = BWD_STAGES
+
+    def tiles_for(self, n: int) -> int:
+        """Column tiles per row of ``n`` (1 when ``one_tile``)."""
+        return 1 if self.one_tile else triton.cdiv(n, self.block)
+
+    def check(self, m: int, n: int) -> None:
+        """Raise ``ContractValueError`` naming the field if this config cannot run ``(m, n)``."""
+        _check_block("BackwardConfig.block", self.block)
+        _check_warps("BackwardConfig.num_warps", self.num_warps)
+        if self.one_tile and self.block < n:
+            raise ContractValueError(
+                f"BackwardConfig.block must be >= N = {n} with one_tile (got {self.block})"
+            )
+        if self.groups < 1 or self.rows_per_program < 1:
+            raise ContractValueError(
+                "BackwardConfig.groups and rows_per_program must be >= 1 "
+                f"(got {self.groups}, {self.rows_per_program})"
+            )
+        if m and not (self.groups - 1) * self.rows_per_program < m <= (
+            self.groups * self.rows_per_program
+        ):
+            raise ContractValueError(
+                "BackwardConfig must cover M rows with no empty program: "
+                f"(groups - 1) * rows_per_program < M <= groups * rows_per_program "
+                f"(got groups={self.groups}, rows_per_program={self.rows_per_program}, M={m})"
+            )
+        if self.stages < 1:
+            raise ContractValueError(f"BackwardConfig.stages must be >= 1 (got {self.stages})")
+
+
+def _check_block(name: str, block: int) -> None:
+    if block < 1 or block & (block - 1):
+        raise ContractValueError(f"{name} must be a power of two (got {block})")
+
+
+def _check_warps(name: str, warps: int) -> None:
+    if warps not in _WARPS:
+        raise ContractValueError(f"{name} must be one of {_WARPS} (got {warps})")
+
+
+@functools.cache
+def sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _row_warps(block: int) -> int:
+    """Warps of the one-row forward kernel: 4 warps were fastest or equal up to 8192 columns
+    (2048: 70.5 us vs 74.2 with 8), 8 at 16384 (72.8 vs 74.6 with 16, 79.5 with 4), 32 at 32768
+    (77.9 vs 78.4 with 16)."""
+    if block >= 32768:
+        return 32
+    if block >= 16384:
+        return 8
+    return 4
+
+
+@functools.lru_cache(maxsize=1024)
+def forward_config(m: int, n: int, device_index: int | None) -> ForwardConfig:
+    """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
+    ``device_index`` (None: the interpreter)."""
+    if n <= ROWS_MAX_N:
+        block = triton.next_power_of_2(n)
+        rows = max(1, ROWS_TILE // block)
+        warps = 8 if block <= 256 else 4
+        if device_index is not None:
+            programs = ROWS_MIN_PROGRAMS_PER_SM * sm_count(device_index)
+            while rows > 1 and -(-m // rows) < programs:
+                rows //= 2
+                warps = 4
+        return ForwardConfig(block, rows, warps)
+    if n <= MAX_FUSED_N:
+        block = triton.next_power_of_2(n)
+        return ForwardConfig(block, 0, _row_warps(block))
+    return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
+
+
+def _bwd_warps(block: int) -> int:
+    """Warps of the one-tile backward: about 32 values per thread per live vector keeps the row
+    loop near 100 registers without spills (compile_check.py, sm_90, float32 accumulation: 4096
+    columns 148 registers at 4 warps, 80 at 8; 8192: 173 at 8, 107 at 16; 16384: 8 warps spill
+    72 bytes, 16 warps 64 bytes at 128 registers)."""
+    return max(4, min(16, block // 512))
+
+
+def programs_per_sm(block: int) -> int:
+    """Backward programs per SM for a row block (``PROGRAMS_PER_SM``; wider: 1, narrower: 8)."""
+    return PROGRAMS_PER_SM.get(block, 8 if block < 1024 else 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def backward_config(
+    m: int,
+    n: int,
+    device_index: int | None,
+    float64: bool = False,
+    per_sm: int | None = None,
+) -> BackwardConfig:
+    """The backward heuristic for ``m`` rows of ``n`` (``float64``: float64 math). ``per_sm``
+    overrides :func:`programs_per_sm` (for tuning: the grid's size, everything else as chosen)."""
+    one_tile = n <= MAX_FUSED_N_BWD
+    block = triton.next_power_of_2(n) if one_tile else BWD_TILE
+    tiles = 1 if one_tile else triton.cdiv(n, block)
+    if device_index is None:
+        groups = INTERPRETER_PROGRAMS  # per column tile, so CPU tests cover tiles x a tree
+    else:
+        per_sm = programs_per_sm(block) if per_sm is None else per_sm
+        groups = max(1, sm_count(device_index) * per_sm // tiles)
+    budget = max(1, DW_SCRATCH_BYTES // (n * 8))  # float64 partials
+    groups = max(1, min(m, groups, budget))
+    rows_per_program = triton.cdiv(m, groups)
+    groups = triton.cdiv(m, rows_per_program)  # no program without rows
+    warps = _bwd_warps(block) if one_tile else BWD_TILE_WARPS
+    tree = m * n <= TREE_MAX_ELEMS or n <= TREE_ALWAYS_N
+    return BackwardConfig(
+        block=block,
+        one_tile=one_tile,
+        groups=groups,
+        rows_per_program=rows_per_program,
+        num_warps=warps,
+        tree=tree,
+        dw_float64=tree or float64,
+    )

@@ -1,0 +1,119 @@
+"""Bad settings are refused in one place (experiment/settings.py), before anything is built or
+written: one line naming the key, the rule and the value, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from experiment_helpers import ENV, compose_cfg, run
+
+from rmsnorm_kernel.experiment.callbacks import ExportFailed
+from rmsnorm_kernel.experiment.run import train
+from rmsnorm_kernel.experiment.settings import SettingsError
+from rmsnorm_kernel.train import main
+
+REFUSED = [
+    ("seed=1.5", "seed must be an integer in [0, 4294967295] (got 1.5)"),
+    ("seed=abc", "seed must be an integer in [0, 4294967295] (got 'abc')"),
+    ("seed=-3", "seed must be an integer in [0, 4294967295] (got -3)"),
+    ("trainer.max_steps=0", "trainer.max_steps must be an integer >= 1 (got 0)"),
+    ("dataset.n_test=0", "dataset.n_test must be an integer >= 1 (got 0)"),
+    ("dataset.batch_size=0", "dataset.batch_size must be an integer >= 1 (got 0)"),
+    ("model.optimizer.lr=-1", "model.optimizer.lr must be a finite number > 0 (got -1)"),
+    ("paths.checkpoint_dir=", "paths.checkpoint_dir must be a non-empty directory path (got '')"),
+    (
+        "ckpt_path=nowhere.ckpt",
+        "ckpt_path must be null, auto, or an existing last.ckpt / "
+        ".safetensors file (got 'nowhere.ckpt')",
+    ),
+    ("foo=1", "override 'foo=1': no key 'foo' in the config (a new key needs +foo=1)"),
+    (
+        "garbage",
+        "override 'garbage' must be key=value, +key=value or ~key (Hydra: missing "
+        "EQUAL at '<EOF>')",
+    ),
+]
+
+
+@pytest.mark.parametrize("override,message", REFUSED, ids=[o for o, _ in REFUSED])
+def test_the_command_refuses_a_bad_setting_in_one_line_with_exit_2(
+    override, message, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main([override])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_every_value_of_a_sweep_is_checked_before_any_job_runs(tmp_path):
+    cmd = [sys.executable, "-m", "rmsnorm_kernel.train", "--multirun", "seed=1,1.5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: seed must be an integer in [0, 4294967295] (got 1.5)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_an_unusable_checkpoint_dir_is_refused_before_fit(where, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file\n")
+    target = blocker if where == "file" else blocker / "sub"
+    rule = "is a file" if where == "file" else f"lies under a file ({blocker})"
+    cfg = compose_cfg([f"paths.checkpoint_dir={target}"], tmp_path)
+    with pytest.raises(SettingsError) as refused:
+        train(cfg)
+    assert str(refused.value) == (
+        f"paths.checkpoint_dir must be a writable directory; {target} {rule}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]  # no run dir either
+
+
+def test_a_failed_export_keeps_metrics_json_and_last_ckpt(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    in_the_way = ["+callbacks.in_the_way._target_=experiment_helpers.FileInTheWay"]
+    in_the_way += [f"+callbacks.in_the_way.path={ckpt}"]
+    with pytest.raises(ExportFailed) as failed:
+        run(tmp_path, "norm=torch", "trainer.max_steps=3", *in_the_way)
+    assert str(failed.value).startswith(f"paths.checkpoint_dir {ckpt}: the export could not be ")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["export_error"] == str(failed.value)
+    assert metrics["train_steps"] == 3 and metrics["test/mse"] > 0
+    last = tmp_path / "run" / "lightning_checkpoints" / "last.ckpt"
+    assert last.is_file()
+    # Nothing is lost: the trained state resumes (0 steps left) and tests the same.
+    ckpt.unlink()
+    again = run(tmp_path / "again", "norm=torch", "trainer.max_steps=3", f"ckpt_path={last}")
+    assert again["test/mse"] == metrics["test/mse"]
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["campaign.seed=abc"], "campaign.seed must be an integer in [0, 4294967295] (got 'abc')"),
+        (["campaign.seed=1.5"], "campaign.seed must be an integer in [0, 4294967295] (got 1.5)"),
+        (["foo=1"], "override 'foo=1': no key 'foo' in the config (a new key needs +foo=1)"),
+        (
+            ["garbage"],
+            "override 'garbage' must be key=value, +key=value or ~key (Hydra: missing EQUAL at "
+            "'<EOF>')",
+        ),
+    ],
+)
+def test_the_command_sets_config_errors_are_one_line(overrides, message):
+    """The command set's checks (cli/validate.py): what `rmsnorm-cli` prints with exit 2."""
+    from rmsnorm_kernel.cli.main import compose
+    from rmsnorm_kernel.cli.validate import ConfigError, check_command_config, compose_error
+
+    with pytest.raises(ConfigError) as refused:
+        try:
+            check_command_config(compose(overrides))
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Hydra's composition errors
+            raise compose_error(overrides, e) from e
+    assert str(refused.value) == message
