@@ -21,7 +21,7 @@ LINT_PATHS := src tests experiments
 
 .DEFAULT_GOAL := help
 .PHONY: help setup lock lint format test train reload-check check-checkpoints tensorboard \
-        reference check-forward check-backward check-weight check-gamma checks exercise bench \
+        reference data check-forward check-backward check-weight check-gamma checks exercise bench \
         benchmark plot clean check-environment docker-build
 
 help: ## list the targets
@@ -86,7 +86,8 @@ tensorboard: setup ## TensorBoard over outputs/ (every run, named by its overrid
 	$(BIN)/tensorboard --logdir outputs
 
 # The command set (python -m rmsnorm_kernel.cli <command>); ARGS are Hydra overrides.
-reference: setup ## gradcheck the float64 oracle; write the synthetic splits
+reference: setup ## gradcheck the float64 oracle (manual_backward against autograd too)
+data: setup ## write the MLP task's synthetic splits (safetensors + manifest) to outputs/data
 check-forward: setup ## forward matches the float64 oracle on every case
 check-backward: setup ## input gradient matches the float64 oracle on every case
 check-weight: setup ## weight gradient matches the float64 oracle on every case
@@ -95,7 +96,7 @@ bench: setup ## ours beside F.rms_norm, torch.compile, Liger, quack (GPU; ARGS=o
 benchmark: setup ## bench with the tutorial's timing protocol (GPU)
 plot: setup ## PNG figures from the checks' and the benchmark's JSON
 check-environment: setup ## CUDA and one real kernel launch, or the interpreter notice
-reference check-forward check-backward check-weight exercise bench benchmark plot check-environment:
+reference data check-forward check-backward check-weight exercise bench benchmark plot check-environment:
 	$(PY) -m rmsnorm_kernel.cli $@ $(ARGS)
 
 check-gamma: check-weight ## old name of check-weight

@@ -1,8 +1,17 @@
-"""Shared fixtures: the device the kernels run on, seeds, and the float64 oracle."""
+"""Shared fixtures: the device the kernels run on, seeds, and the float64 oracle; no downloads."""
 
 from __future__ import annotations
 
-import pytest
+import os
+
+# Hugging Face models are built from configs (experiment/ and integrations/ tests): nothing may be
+# downloaded. Set before transformers is imported anywhere, so a stray hub call fails at once
+# instead of waiting.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import pytest  # noqa: E402
 import torch
 
 import rmsnorm_kernel as rk

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # trainer=ddp on 2 GPUs against 1, in one call (about 5 minutes on 2 x H200):
 #   1. the main job (MLP, 100 Adam steps, both norm branches): 2 GPUs x batch 16 against
-#      1 GPU x batch 32; `python -m rmsnorm_kernel.experiment.equivalence` judges curves, test MSE
-#      and weights against its fixed float32 tolerances, and each sweep's comparison.json judges
-#      triton against reference as on one device;
-#   2. if the Llama experiment exists (conf/model/llama.yaml, conf/experiment/llama_h200.yaml):
+#      1 GPU x batch 32; `python -m rmsnorm_kernel.cli equivalence` judges curves, test MSE
+#      and weights against the float32 tolerances in conf/compare/default.yaml (`equivalence:`),
+#      and each sweep's comparison.json judges triton against reference as on one device;
+#   2. if the Llama experiment exists (conf/experiment/llama.yaml, conf/experiment/llama_h200.yaml):
 #      experiment=llama_h200 with norm=hf,triton on 2 GPUs against 1 (the same per-GPU batch:
 #      weak scaling), for tokens/s scaling and peak memory per GPU.
 #
@@ -76,25 +76,25 @@ phase() {  # phase NAME TIMEOUT ARGS...: one multirun, nvidia-smi memory sampled
 # 1. The main job: same rows per step (16 + 16 = 32), gradients averaged across the 2 GPUs.
 phase mlp_1gpu 150 norm=reference,triton "${one[@]}" ${MLP_ARGS:-}
 phase mlp_2gpu 150 norm=reference,triton "${two[@]}" dataset.batch_size=16 ${MLP_ARGS:-}
-timeout 60 "$py" -m rmsnorm_kernel.experiment.equivalence "$scratch/mlp_2gpu" "$scratch/mlp_1gpu" \
+timeout 60 "$py" -m rmsnorm_kernel.cli equivalence "$scratch/mlp_2gpu" "$scratch/mlp_1gpu" \
   --out "$out/mlp_equivalence.json" 2>&1 | tee "$out/mlp_equivalence.txt"
 echo "mlp_equivalence rc=${PIPESTATUS[0]}" | tee -a "$out/phases.txt"
 
 # 2. Llama at LLM width, same per-GPU batch on 1 and 2 GPUs (2 x 4096 tokens per GPU per step).
 llama_sweep=${LLAMA_SWEEP:-experiment=llama_h200}
-if [ "$llama_sweep" != skip ] && [ -f conf/model/llama.yaml ] \
+if [ "$llama_sweep" != skip ] && [ -f conf/experiment/llama.yaml ] \
   && [ -f conf/experiment/llama_h200.yaml ]; then
   norms=${LLAMA_NORMS:-hf,triton}
   phase llama_1gpu 200 "$llama_sweep" "norm=$norms" "${one[@]}" ${LLAMA_ARGS:-}
   phase llama_2gpu 200 "$llama_sweep" "norm=$norms" "${two[@]}" ${LLAMA_ARGS:-}
 else
-  echo "Llama experiment not run (LLAMA_SWEEP=skip or conf/model/llama.yaml, conf/experiment/llama_h200.yaml missing)" \
+  echo "Llama experiment not run (LLAMA_SWEEP=skip or conf/experiment/llama.yaml, conf/experiment/llama_h200.yaml missing)" \
     | tee -a "$out/phases.txt"
 fi
 
 # Reload the MLP exports listed in the index (sha256, bitwise reload). Each run already verified
 # its own export on rank 0; the Llama ones (GBs) are not reloaded twice.
-timeout 120 "$py" -m rmsnorm_kernel.experiment.reload --root "$scratch/ckpt_mlp" \
+timeout 120 "$py" -m rmsnorm_kernel.experiment.exports.reload --root "$scratch/ckpt_mlp" \
   > "$out/reload.log" 2>&1
 echo "reload_mlp rc=$?" | tee -a "$out/phases.txt"
 tail -2 "$out/reload.log"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a 2 x H200 machine: the Llama comparison at both widths, one width per GPU at the
 # same time (speed and memory per branch), then the DDP equivalence of the main job on 2 GPUs
-# against 1. Everything it writes is packed into OUT/final.tgz (a call returns at most 8 files).
+# against 1 (`python -m rmsnorm_kernel.cli equivalence`, run by ../ddp/run_h200x2.sh). Everything
+# it writes is packed into OUT/final.tgz (a call returns at most 8 files).
 #   bash experiments/h200/final_x2.sh "$OUT" [LLAMA_S DDP_S]
 # The Llama runs switch the safetensors export off: at LLM width it is a 3 GB file per branch whose
 # write and bitwise reload took most of a run's two minutes in the previous call; the export and its

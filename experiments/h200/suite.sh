@@ -30,10 +30,10 @@ HYPOTHESIS_PROFILE=gpu step pytest "$pytest_s" python3 -m pytest -q -p no:cachep
 grep -E "passed|failed|error" "$logs/pytest.log" | tail -3; grep -E "^(FAILED|ERROR)" "$logs/pytest.log" | head -20
 step train 120 python3 -m rmsnorm_kernel.train --multirun norm=reference,triton,torch
 tail -12 "$logs/train.log"
-step reload_check 60 python3 -m rmsnorm_kernel.experiment.reload
+step reload_check 60 python3 -m rmsnorm_kernel.experiment.exports.reload
 ckpt=$(ls checkpoints/*.safetensors | head -1)
 head -c 1000 "$ckpt" > /tmp/truncated.safetensors
-step reload_truncated_must_fail 60 python3 -m rmsnorm_kernel.experiment.reload --ckpt /tmp/truncated.safetensors
+step reload_truncated_must_fail 60 python3 -m rmsnorm_kernel.experiment.exports.reload --ckpt /tmp/truncated.safetensors
 for cmd in check-environment check-forward check-backward check-weight exercise; do
   step "cli_$cmd" 100 python3 -m rmsnorm_kernel.cli "$cmd"
 done

@@ -13,7 +13,7 @@
 # OUTDIR receives the small results (comparison.json, lm_comparison.json, loss_curves.png, each
 # run's metrics.json and TensorBoard events, train.log). The exported weights (GBs) go to
 # $SCRATCH (default /tmp/llama_h200) and are deleted at the end, after their reload check ran.
-# SWEEP replaces the experiment choice (SWEEP=model=llama runs the tiny CPU model instead);
+# SWEEP replaces the experiment choice (SWEEP=experiment=llama runs the tiny CPU model instead);
 # NORMS fixes the branches; TRAIN_ARGS goes before the overrides (e.g. --config-path DIR); EXTRA
 # holds more overrides (e.g. callbacks.safetensors_checkpoint=null).
 set -u

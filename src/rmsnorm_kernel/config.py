@@ -245,12 +245,5 @@ def backward_config(
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
     warps = _bwd_warps(block) if one_tile else BWD_TILE_WARPS
     tree = m * n <= TREE_MAX_ELEMS or n <= TREE_ALWAYS_N
-    return BackwardConfig(
-        block=block,
-        one_tile=one_tile,
-        groups=groups,
-        rows_per_program=rows_per_program,
-        num_warps=warps,
-        tree=tree,
-        dw_float64=tree or float64,
-    )
+    # Fields in order: block, one_tile, groups, rows_per_program, num_warps, tree, dw_float64.
+    return BackwardConfig(block, one_tile, groups, rows_per_program, warps, tree, tree or float64)

@@ -1,12 +1,12 @@
 """The main job's entry point: ``python -m rmsnorm_kernel.train [overrides]``.
 
-A thin Hydra shell around :func:`rmsnorm_kernel.experiment.run.train`. Examples::
+A thin Hydra shell around :func:`rmsnorm_kernel.experiment.core.run.train`. Examples::
 
     python -m rmsnorm_kernel.train norm=triton seed=3 trainer.max_steps=50
     python -m rmsnorm_kernel.train --multirun norm=reference,triton      # make train
 
 Before Hydra starts any job, every override is parsed and the config is composed and checked
-(:func:`rmsnorm_kernel.experiment.settings.check_train_config`) for each value a sweep takes. A
+(:func:`rmsnorm_kernel.experiment.core.settings.check_train_config`) for each value a sweep takes. A
 malformed override, an unknown key or a value that breaks its rule stops the command with one
 line on stderr (``error: seed must be an integer in [0, 4294967295] (got 1.5)``) and exit
 code 2, before anything is written.
@@ -22,10 +22,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from rmsnorm_kernel.experiment.callbacks import ExportFailed
-from rmsnorm_kernel.experiment.paths import CONFIG_DIR
-from rmsnorm_kernel.experiment.run import train
-from rmsnorm_kernel.experiment.settings import SettingsError, check_train_config
+from rmsnorm_kernel.experiment.core.callbacks import ExportFailed
+from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.experiment.core.settings import SettingsError, check_train_config
+from rmsnorm_kernel.paths import CONFIG_DIR
 
 #: Exit status of a refused config (as the command set's).
 USAGE_EXIT = 2

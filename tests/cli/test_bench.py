@@ -17,7 +17,7 @@ import rmsnorm_kernel as rk
 from rmsnorm_kernel.cli.bench import peers
 from rmsnorm_kernel.cli.bench.compare import rank, traffic_bytes
 from rmsnorm_kernel.cli.bench.run import run_bench
-from rmsnorm_kernel.cli.campaigns.tolerances import read_tolerances
+from rmsnorm_kernel.cli.common import read_tolerances
 from rmsnorm_kernel.cli.main import compose
 from rmsnorm_kernel.reference import rmsnorm_reference
 

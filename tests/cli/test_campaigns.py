@@ -75,7 +75,7 @@ def test_default_grids_go_beyond_the_tutorial(cfg):
 def test_bad_config_is_refused_before_output(tmp_path, capsys, command, override, message):
     """Exit 2 with the key and the rule, and nothing written."""
     out = tmp_path / "out"
-    dirs = [f"campaign.out_dir={out}", f"exercise.out_dir={out}", f"campaign.data_dir={out}"]
+    dirs = [f"campaign.out_dir={out}", f"exercise.out_dir={out}", f"paths.data_dir={out}"]
     assert run_cli(command, override, *dirs) == 2
     assert message in capsys.readouterr().out
     assert not out.exists()

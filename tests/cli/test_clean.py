@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rmsnorm_kernel import paths
 from rmsnorm_kernel.cli import clean
 from rmsnorm_kernel.cli.main import main
-from rmsnorm_kernel.experiment import paths
 
 PYPROJECT = '[project]\nname = "rmsnorm-kernel"\nversion = "0"\n'
 

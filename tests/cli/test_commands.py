@@ -11,8 +11,16 @@ from cli_helpers import read_json, run_cli
 from rmsnorm_kernel.cli.main import main
 
 
-def test_reference_checks_oracle_and_writes_splits(tmp_path):
-    assert run_cli("reference", f"campaign.data_dir={tmp_path}") == 0
+def test_reference_checks_only_the_oracle(tmp_path):
+    assert run_cli("reference", f"campaign.out_dir={tmp_path}") == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["oracle.json"]
+    oracle = read_json(tmp_path / "oracle.json")
+    assert all(c["passed"] for c in oracle["checks"])
+    assert any(c["check"].startswith("gradcheck") for c in oracle["checks"])
+
+
+def test_data_writes_the_splits(tmp_path):
+    assert run_cli("data", f"paths.data_dir={tmp_path}") == 0
     manifest = read_json(tmp_path / "manifest.json")
     assert set(manifest["splits"]) == {"train", "val", "test"}
     assert manifest["deterministic"] and isinstance(manifest["seed"], int)
@@ -20,9 +28,6 @@ def test_reference_checks_oracle_and_writes_splits(tmp_path):
         data = (tmp_path / split["file"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == split["sha256"]
         assert split["rows"] == split["inputs"]["shape"][0] > 0
-    oracle = read_json(tmp_path / "oracle.json")
-    assert all(c["passed"] for c in oracle["checks"])
-    assert any(c["check"].startswith("gradcheck") for c in oracle["checks"])
 
 
 def test_plot_writes_pngs(smoke_checks, tmp_path):
@@ -62,7 +67,7 @@ def test_check_environment(capsys):
 @pytest.mark.parametrize("content", [None, b"not a safetensors file"])
 def test_check_checkpoints_is_the_reload_check(tmp_path, capsys, content):
     """Same exit code and same words as `make reload-check` (one implementation, two names)."""
-    from rmsnorm_kernel.experiment.reload import main as reload_main
+    from rmsnorm_kernel.experiment.exports.reload import main as reload_main
 
     if content is not None:
         (tmp_path / "bad.safetensors").write_bytes(content)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,23 +18,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from rmsnorm_kernel.experiment.paths import config_dir
-from rmsnorm_kernel.experiment.run import train
+from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.paths import config_dir
 
-#: Small enough that a 100-step Triton run through the interpreter takes seconds, not minutes.
-SMALL = [
-    "dataset.in_features=16",
-    "dataset.out_features=4",
-    "dataset.teacher_hidden=16",
-    "dataset.n_train=256",
-    "dataset.n_val=64",
-    "dataset.n_test=64",
-    "dataset.eval_batch_size=64",
-    "model.net.hidden_features=64",
-    "trainer.val_check_interval=50",
-    "~callbacks.progress_bar",
-    "+trainer.enable_progress_bar=false",
-]
+#: The config overlay that sizes the MLP for the interpreter (conf/debug/cpu_small.yaml): a
+#: 100-step Triton run takes seconds, not minutes.
+SMALL = "debug=cpu_small"
 
 
 def compose_cfg(
@@ -49,13 +39,26 @@ def compose_cfg(
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
         return compose(
             "train",
-            overrides=[*(SMALL if small else []), *paths, *overrides],
+            overrides=[*([SMALL] if small else []), *paths, *overrides],
             return_hydra_config=return_hydra_config,
         )
 
 
 #: Environment of subprocess runs: one intra-op thread (see ``one_thread``).
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def train_command(*overrides: str, multirun: bool = False, small: bool = True) -> list[str]:
+    """``python -m rmsnorm_kernel.train [--multirun] debug=cpu_small *overrides``: the main job
+    as a user runs it (run it with ``env=ENV``)."""
+    return [
+        sys.executable,
+        "-m",
+        "rmsnorm_kernel.train",
+        *(["--multirun"] if multirun else []),
+        *([SMALL] if small else []),
+        *overrides,
+    ]
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from experiment_helpers import run
 
-from rmsnorm_kernel.experiment.callbacks import CheckFailed
+from rmsnorm_kernel.experiment.core.callbacks import CheckFailed
 
 
 def test_call_counter_fails_a_branch_that_never_reached_the_kernels(tmp_path):

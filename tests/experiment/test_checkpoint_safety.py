@@ -15,9 +15,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from rmsnorm_kernel.experiment import builders
-from rmsnorm_kernel.experiment.checkpoint import METADATA_FIELDS, verify_checkpoint
-from rmsnorm_kernel.experiment.reload import CheckpointError, check_checkpoints, main
+from rmsnorm_kernel.experiment.core import builders
+from rmsnorm_kernel.experiment.exports.checkpoint import METADATA_FIELDS, verify_checkpoint
+from rmsnorm_kernel.experiment.exports.reload import CheckpointError, check_checkpoints, main
 
 
 def _payloads(scratch: Path, marker: Path) -> dict[str, str]:

@@ -22,15 +22,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from rmsnorm_kernel.cli.main import main as cli_main
-from rmsnorm_kernel.experiment.builders import build_from_spec
-from rmsnorm_kernel.experiment.checkpoint import (
+from rmsnorm_kernel.experiment.core.builders import build_from_spec
+from rmsnorm_kernel.experiment.exports.checkpoint import (
     MAX_NET_DEPTH,
     make_metadata,
     sha256_of,
     verify_checkpoint,
     write_checkpoint,
 )
-from rmsnorm_kernel.experiment.reload import CheckpointError, check_checkpoints, main
+from rmsnorm_kernel.experiment.exports.reload import CheckpointError, check_checkpoints, main
 
 SPEC = {
     "builder": "mlp",
@@ -133,7 +133,7 @@ def test_the_good_indexed_file_still_passes(root):
 
 _MEASURE = """
 import json, resource, sys, time
-from rmsnorm_kernel.experiment.checkpoint import CheckpointError, verify_checkpoint
+from rmsnorm_kernel.experiment.exports.checkpoint import CheckpointError, verify_checkpoint
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 try:

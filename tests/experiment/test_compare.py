@@ -1,8 +1,11 @@
-"""The cross-branch comparison: groups, summary across seeds, comparison.json, PNG, exit code."""
+"""The one comparison path (experiment/analysis/): groups, summary across seeds, comparison.json,
+PNG, exit code; the configured checks; the commands `compare` and `equivalence`, whose
+tolerances come from conf/compare/ only."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,12 +13,15 @@ import pytest
 from experiment_helpers import compose_cfg
 from omegaconf import OmegaConf
 
-from rmsnorm_kernel.experiment.compare import (
+from rmsnorm_kernel.cli.main import main as cli
+from rmsnorm_kernel.experiment.analysis import (
     CompareOnMultirunEnd,
     ComparisonError,
     compare_runs,
     find_runs,
 )
+from rmsnorm_kernel.experiment.core.settings import SettingsError
+from rmsnorm_kernel.paths import config_dir
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +154,73 @@ def test_hydra_callback_exits_non_zero_when_nothing_to_compare(tmp_path, setting
     with pytest.raises(SystemExit) as exit_info:
         CompareOnMultirunEnd().on_multirun_end(config)
     assert exit_info.value.code == 1
+
+
+def test_the_checks_are_the_configured_ones(trained_pair, tmp_path, settings):
+    """compare.checks selects the checks; the curve check needs its tolerance from the config."""
+    result = compare_runs(_dirs(trained_pair), tmp_path, {**settings, "checks": ["metric_delta"]})
+    tri = result["groups"][0]["branches"]["triton"]
+    assert "delta" in tri and "initial_output_error" not in tri
+    names = {c["name"] for c in result["groups"][0]["checks"]}
+    assert names == {"same seed as baseline", "same train steps as baseline", "|delta test/mse|"}
+    with pytest.raises(SettingsError, match="compare.curve_tolerance must be a finite number"):
+        compare_runs(_dirs(trained_pair), tmp_path, {**settings, "checks": ["curve"]})
+    with pytest.raises(SettingsError, match="compare.checks must be a non-empty list"):
+        compare_runs(_dirs(trained_pair), tmp_path, {**settings, "checks": ["speed"]})
+    curve = {**settings, "checks": ["curve"], "curve_tolerance": 0.0}
+    result = compare_runs(_dirs(trained_pair), tmp_path, curve)
+    tri = result["groups"][0]["branches"]["triton"]
+    assert tri["curve_steps"] == 10 and result["passed"] is (tri["max_curve_delta"] == 0.0)
+    assert not (tmp_path / "lm_comparison.json").exists()  # only with the throughput check
+
+
+def test_compare_command_rejudges_a_sweep_with_its_own_config(trained_pair, tmp_path, capsys):
+    sweep = _sweep(trained_pair, tmp_path)
+    compare = OmegaConf.to_yaml(OmegaConf.create({"compare": compose_cfg(small=False).compare}))
+    (sweep / "multirun.yaml").write_text(compare)
+    assert cli(["compare", str(sweep)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "PASSED" in out and out[-1] == str(sweep / "comparison.json")
+    assert cli(["compare", str(sweep), "compare.initial_error_tolerance=0"]) == 1
+    assert json.loads((sweep / "comparison.json").read_text())["passed"] is False
+    assert cli(["compare", str(sweep), "compare.initial_error_tolerance=-1"]) == 2
+    assert cli(["compare", str(sweep), "compare.nope=1"]) == 2
+
+
+def _one_run_sweep(run_dir: Path, dst: Path, **changes) -> Path:
+    """A sweep dir holding one copy of ``run_dir`` whose metrics.json differs by ``changes``."""
+    run = dst / "0_run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("lightning_checkpoints"))
+    metrics = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**metrics, **changes}))
+    return dst
+
+
+def test_equivalence_tolerances_come_from_the_compare_config(trained_pair, tmp_path, capsys):
+    """The same two sweeps pass with conf/compare/default.yaml's tolerances and fail once the
+    config's equivalence.metric_abs is tightened: no tolerance is written in code."""
+    ref = Path(trained_pair["reference"]["output_dir"])
+    mse = trained_pair["reference"]["test/mse"]
+    ddp = _one_run_sweep(ref, tmp_path / "ddp", **{"test/mse": mse + 5e-6, "world_size": 2})
+    single = _one_run_sweep(ref, tmp_path / "single")
+    out = tmp_path / "equivalence.json"
+    assert cli(["equivalence", str(ddp), str(single), "--out", str(out)]) == 0
+    (pair,) = json.loads(out.read_text())["pairs"]
+    assert pair["world_size"] == [2, 1] and pair["metric"] == "test/mse"
+    assert pair["metric_abs"] == pytest.approx(5e-6, abs=1e-12)
+    assert pair["curve_max_abs"] == {"train/loss": 0.0, "val/loss": 0.0}
+    assert pair["weight_max_abs"] == 0.0 and pair["passed"] is True
+    section = OmegaConf.to_container(compose_cfg(small=False).compare.equivalence)
+    limits = ("curve_max_abs", "metric_abs", "weight_max_abs")
+    assert pair["tolerances"] == {k: section[k] for k in limits}
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "PASSED"
+
+    conf = tmp_path / "conf"
+    shutil.copytree(config_dir(), conf)
+    default = conf / "compare" / "default.yaml"
+    text, n = re.subn(r"(?m)^(  metric_abs:) 1\.0e-5", r"\1 1.0e-6", default.read_text())
+    assert n == 1
+    default.write_text(text)
+    assert cli(["equivalence", str(ddp), str(single), "--config-dir", str(conf)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAILED (tolerances")
+    assert cli(["equivalence", str(ddp), str(single), "compare.equivalence.metric_abs=-1"]) == 2

@@ -11,10 +11,13 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 import rmsnorm_kernel
-from rmsnorm_kernel.experiment.builders import SpecError
-from rmsnorm_kernel.experiment.norms import ReferenceRMSNorm
-from rmsnorm_kernel.experiment.run import train
-from rmsnorm_kernel.experiment.settings import SettingsError, check_compare_settings
+from rmsnorm_kernel.experiment.core.builders import SpecError
+from rmsnorm_kernel.experiment.core.norms import ReferenceRMSNorm
+from rmsnorm_kernel.experiment.core.run import _callbacks, build, train
+from rmsnorm_kernel.experiment.core.settings import SettingsError, check_compare_settings
+from rmsnorm_kernel.experiment.mlp.data import SyntheticDataModule
+from rmsnorm_kernel.experiment.mlp.module import RegressionModule
+from rmsnorm_kernel.experiment.mlp.net import MLP
 
 #: The options of the MLP experiment; other models bring their own groups and experiment files.
 MLP_OPTIONS = [
@@ -30,14 +33,31 @@ MLP_OPTIONS = [
 ]
 
 
+#: The layer each norm option puts in the MLP.
+NORM_LAYERS = {
+    "reference": ReferenceRMSNorm,
+    "torch": torch.nn.RMSNorm,
+    "triton": rmsnorm_kernel.RMSNorm,
+}
+
+
 @pytest.mark.parametrize("group,option", MLP_OPTIONS, ids=lambda v: str(v))
 def test_every_mlp_option_builds_what_train_builds(group, option, tmp_path):
     cfg = compose_cfg([f"{group}={option}"], tmp_path)
     cfg.config_hash, cfg.run_label = "0123456789ab", "label"  # train() fills these
-    instantiate(cfg.dataset)
-    instantiate(cfg.model)
-    callbacks = [instantiate(c) for c in cfg.callbacks.values() if c is not None]
-    instantiate(cfg.trainer, callbacks=callbacks, logger=instantiate(cfg.logger))
+    datamodule, model = build(cfg)  # what train(cfg) builds, with the same seeding
+    assert isinstance(datamodule, SyntheticDataModule)
+    assert isinstance(model, RegressionModule) and isinstance(model.net, MLP)
+    assert type(model.net.norm) is NORM_LAYERS[cfg.norm.name]
+    callbacks = _callbacks(cfg)
+    assert set(callbacks) == {name for name, node in cfg.callbacks.items() if node is not None}
+    for name, callback in callbacks.items():
+        assert type(callback).__name__ == cfg.callbacks[name]._target_.rpartition(".")[2]
+    logger = instantiate(cfg.logger)
+    trainer = instantiate(cfg.trainer, callbacks=list(callbacks.values()), logger=logger)
+    assert trainer.max_steps == cfg.trainer.max_steps and trainer.logger is logger
+    assert all(c in trainer.callbacks for c in callbacks.values())
+    assert type(logger).__name__ == cfg.logger._target_.rpartition(".")[2]
 
 
 @pytest.mark.parametrize(
@@ -101,8 +121,8 @@ def test_training_root_holds_no_command_set_groups():
 
 
 def test_progress_bar_counts_steps_against_the_budget_across_epochs(tmp_path):
-    from rmsnorm_kernel.experiment.progress import StepProgressBar
-    from rmsnorm_kernel.experiment.run import build
+    from rmsnorm_kernel.experiment.core.progress import StepProgressBar
+    from rmsnorm_kernel.experiment.core.run import build
 
     cfg = compose_cfg(["norm=torch"], tmp_path)
     bar = StepProgressBar()

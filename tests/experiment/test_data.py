@@ -8,8 +8,8 @@ from experiment_helpers import compose_cfg
 from hydra.utils import instantiate
 from torch.utils.data import DataLoader, TensorDataset
 
-from rmsnorm_kernel.experiment.data import SyntheticDataModule, make_splits
-from rmsnorm_kernel.experiment.run import build
+from rmsnorm_kernel.experiment.core.run import build
+from rmsnorm_kernel.experiment.mlp.data import SyntheticDataModule, make_splits
 
 
 def test_make_splits_shapes_dtypes_and_determinism():

@@ -13,25 +13,37 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from experiment_helpers import ENV, SMALL, compose_cfg, run
+from experiment_helpers import ENV, compose_cfg, run, train_command
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import rmsnorm_kernel
-from rmsnorm_kernel.experiment.callbacks import CheckFailed
-from rmsnorm_kernel.experiment.data import ResumableBatches
-from rmsnorm_kernel.experiment.equivalence import TOLERANCES, compare_runs
-from rmsnorm_kernel.experiment.equivalence import main as equivalence_main
-from rmsnorm_kernel.experiment.launch import processes_to_start
-from rmsnorm_kernel.experiment.paths import config_dir
-from rmsnorm_kernel.experiment.run import train
+from rmsnorm_kernel.cli.main import main as cli_main
+from rmsnorm_kernel.experiment.analysis import load_run
+from rmsnorm_kernel.experiment.analysis.checks import equivalence_pair
+from rmsnorm_kernel.experiment.analysis.tolerances import equivalence_settings
+from rmsnorm_kernel.experiment.core.callbacks import CheckFailed
+from rmsnorm_kernel.experiment.core.data import ResumableBatches
+from rmsnorm_kernel.experiment.core.processes import processes_to_start
+from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.paths import config_dir
 
-# The tolerances (float32 reduction order only) are fixed in experiment/equivalence.py.
+# The tolerances (float32 reduction order only) are fixed in conf/compare/default.yaml
+# (`equivalence:`); the check and `python -m rmsnorm_kernel.cli equivalence` read them from there.
+EQUIVALENCE = equivalence_settings(OmegaConf.to_container(compose_cfg(small=False).compare))
+TOLERANCES = EQUIVALENCE["tolerances"]
+
+
+def compare_runs(ddp: dict, single: dict) -> dict:
+    """The DDP equivalence check of two runs, given their metrics (which name their run dirs)."""
+    runs = [load_run(Path(m["output_dir"])) for m in (ddp, single)]
+    return equivalence_pair(*runs, EQUIVALENCE)
+
 
 # These runs put the triton branch on CPU tensors (gloo, trainer.accelerator=cpu), which only
 # Triton's interpreter accepts; compiled kernels refuse CPU tensors by contract. On a CUDA machine
@@ -121,18 +133,14 @@ def single(tmp_path_factory) -> dict[str, dict]:
 def ddp_sweep(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     """``python -m rmsnorm_kernel.train --multirun trainer=ddp ... norm=reference,triton``."""
     root = tmp_path_factory.mktemp("ddp_sweep")
-    cmd = [
-        sys.executable,
-        "-m",
-        "rmsnorm_kernel.train",
-        "--multirun",
-        *SMALL,
+    cmd = train_command(
         *COMMON,
         *DDP,
         f"norm={','.join(NORMS)}",
         f"hydra.sweep.dir={root / 'sweep'}",
         f"paths.checkpoint_dir={root / 'ckpt'}",
-    ]
+        multirun=True,
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=root, env=ENV)
     return proc, root
 
@@ -188,7 +196,7 @@ def test_equivalence_command_pairs_two_sweeps_by_norm(ddp_sweep, single, tmp_pat
     for i, norm in enumerate(NORMS):
         (one_process / f"{i}_{norm}").symlink_to(single[norm]["output_dir"])
     out = tmp_path / "equivalence.json"
-    assert equivalence_main([str(root / "sweep"), str(one_process), "--out", str(out)]) == 0
+    assert cli_main(["equivalence", str(root / "sweep"), str(one_process), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["passed"] and [p["norm"] for p in result["pairs"]] == sorted(NORMS)
 
@@ -221,15 +229,9 @@ def test_sigterm_stops_every_rank_after_the_same_step_and_resumes(tmp_path):
     steps = 300  # PyTorch's norm: the kernels are not the point, and its steps are fast
     args = ("norm=torch", "trainer.val_check_interval=50", f"trainer.max_steps={steps}", *DDP)
     run_dir = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "rmsnorm_kernel.train",
-        *SMALL,
-        *args,
-        f"hydra.run.dir={run_dir}",
-        f"paths.checkpoint_dir={tmp_path / 'ckpt'}",
-    ]
+    cmd = train_command(
+        *args, f"hydra.run.dir={run_dir}", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"
+    )
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

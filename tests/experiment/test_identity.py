@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from experiment_helpers import compose_cfg
 
-from rmsnorm_kernel.experiment.identity import config_hash, run_label, short_names
+from rmsnorm_kernel.experiment.core.identity import config_hash, run_label, short_names
 
 
 def test_config_hash_follows_what_is_trained_not_where_it_is_written(tmp_path):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_kernel.experiment import index
-from rmsnorm_kernel.experiment.checkpoint import unique_path
+from rmsnorm_kernel.experiment.exports import index
+from rmsnorm_kernel.experiment.exports.checkpoint import unique_path
 
 
 def _writer(directory: str, worker: int, count: int) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from experiment_helpers import compose_cfg
 
-from rmsnorm_kernel.experiment.norms import ReferenceRMSNorm
-from rmsnorm_kernel.experiment.run import build
+from rmsnorm_kernel.experiment.core.norms import ReferenceRMSNorm
+from rmsnorm_kernel.experiment.core.run import build
 
 NORMS = ("reference", "triton", "torch")
 

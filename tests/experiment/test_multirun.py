@@ -7,24 +7,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from experiment_helpers import ENV, SMALL
+from experiment_helpers import ENV, SMALL, train_command
 
-from rmsnorm_kernel.experiment.checkpoint import sha256_of
-from rmsnorm_kernel.experiment.reload import main as reload_main
+from rmsnorm_kernel.experiment.exports.checkpoint import sha256_of
+from rmsnorm_kernel.experiment.exports.reload import main as reload_main
 
 
 def _multirun(tmp_path: Path, sweep: str, *args: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "rmsnorm_kernel.train",
-        "--multirun",
+    cmd = train_command(
         *args,
-        *SMALL,
         "trainer.val_check_interval=5",
         f"hydra.sweep.dir={tmp_path / sweep}",
         f"paths.checkpoint_dir={tmp_path / 'ckpt'}",
-    ]
+        multirun=True,
+    )
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=ENV)
 
 
@@ -120,7 +116,7 @@ def test_concurrent_sweeps_started_in_the_same_second_each_keep_their_own_dir(tm
     for seed in seeds:
         cmd = [sys.executable, "-c", _AT_THE_SAME_TIME, str(tmp_path / f"ready{seed}"), str(go)]
         cmd += ["--multirun", "norm=reference,torch", f"seed={seed}", "trainer.max_steps=2"]
-        cmd += [*SMALL, f"paths.checkpoint_dir={tmp_path / 'ckpt'}"]
+        cmd += [SMALL, f"paths.checkpoint_dir={tmp_path / 'ckpt'}"]
         procs.append(
             subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, text=True)
         )

@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from rmsnorm_kernel.experiment.reload import CheckpointError, check_checkpoints, main
+from rmsnorm_kernel.experiment.exports.reload import CheckpointError, check_checkpoints, main
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_truncated_checkpoint_fails_naming_the_file(ckpt_dir):
 def test_reload_command_exits_non_zero_on_a_truncated_checkpoint(ckpt_dir):
     path = ckpt_dir / "cut.safetensors"
     path.write_bytes((ckpt_dir / "reference.safetensors").read_bytes()[:500])
-    cmd = [sys.executable, "-m", "rmsnorm_kernel.experiment.reload", "--ckpt", str(path)]
+    cmd = [sys.executable, "-m", "rmsnorm_kernel.experiment.exports.reload", "--ckpt", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "cut.safetensors" in proc.stderr and "truncated" in proc.stderr

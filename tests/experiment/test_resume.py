@@ -8,18 +8,17 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from experiment_helpers import ENV, SMALL, run
+from experiment_helpers import ENV, run, train_command
 from safetensors.torch import load_file
 from tbparse import SummaryReader
 
-from rmsnorm_kernel.experiment.run import CTRL_C_EXIT, SIGTERM_EXIT
+from rmsnorm_kernel.experiment.core.run import CTRL_C_EXIT, SIGTERM_EXIT
 
-#: SMALL serves 256 // 32 = 8 batches per epoch; validation every 5 steps.
+#: debug=cpu_small serves 256 // 32 = 8 batches per epoch; validation every 5 steps.
 BATCHES_PER_EPOCH = 8
 STEPS = 20
 COMMON = ("norm=torch", "trainer.val_check_interval=5")
@@ -73,15 +72,9 @@ def test_signal_saves_last_ckpt_exits_non_zero_and_resumes_identically(sig, name
     steps = 300
     args = ("norm=torch", "trainer.val_check_interval=50", f"trainer.max_steps={steps}")
     run_dir = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "rmsnorm_kernel.train",
-        *SMALL,
-        *args,
-        f"hydra.run.dir={run_dir}",
-        f"paths.checkpoint_dir={tmp_path / 'ckpt'}",
-    ]
+    cmd = train_command(
+        *args, f"hydra.run.dir={run_dir}", f"paths.checkpoint_dir={tmp_path / 'ckpt'}"
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     probe = run_dir / "initial_probe.safetensors"  # written when training starts
     deadline = time.monotonic() + 120
@@ -137,7 +130,7 @@ def test_resumed_curves_match_step_for_step_wherever_the_signal_lands(
 
 
 def test_a_run_refuses_another_branchs_or_configs_last_ckpt_before_fit(tmp_path):
-    from rmsnorm_kernel.experiment.settings import SettingsError
+    from rmsnorm_kernel.experiment.core.settings import SettingsError
 
     first = run(tmp_path / "triton_run", "norm=torch", "trainer.max_steps=2", "test=false")
     last = Path(first["output_dir"]) / "lightning_checkpoints" / "last.ckpt"
@@ -163,7 +156,7 @@ def test_a_run_refuses_another_branchs_or_configs_last_ckpt_before_fit(tmp_path)
 def test_an_interrupted_sweep_resumes_each_branch_from_its_own_last_ckpt(tmp_path):
     """Ctrl-C in the first job of a sweep; the same command plus ckpt_path=auto resumes that
     branch from its own last.ckpt and starts the branch that never ran from step 0."""
-    sweep = ["--multirun", "norm=torch,reference", "trainer.max_steps=6", *SMALL]
+    sweep = ["norm=torch,reference", "trainer.max_steps=6"]
     sweep += [f"paths.checkpoint_dir={tmp_path / 'ckpt'}", f"paths.runs_root={tmp_path}"]
     signal_at = ["+callbacks.signal_at._target_=experiment_helpers.SignalAt"]
     signal_at += ["+callbacks.signal_at.hook=on_train_batch_end", "+callbacks.signal_at.step=3"]
@@ -174,8 +167,7 @@ def test_an_interrupted_sweep_resumes_each_branch_from_its_own_last_ckpt(tmp_pat
     env = {**ENV, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
     def sweep_run(name: str, *extra: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "rmsnorm_kernel.train", *sweep, *extra]
-        cmd.append(f"hydra.sweep.dir={tmp_path / name}")
+        cmd = train_command(*sweep, *extra, f"hydra.sweep.dir={tmp_path / name}", multirun=True)
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
     stopped = sweep_run("first", *signal_at)

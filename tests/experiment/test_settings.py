@@ -10,9 +10,9 @@ import sys
 import pytest
 from experiment_helpers import ENV, compose_cfg, run
 
-from rmsnorm_kernel.experiment.callbacks import ExportFailed
-from rmsnorm_kernel.experiment.run import train
-from rmsnorm_kernel.experiment.settings import SettingsError
+from rmsnorm_kernel.experiment.core.callbacks import ExportFailed
+from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.experiment.core.settings import SettingsError
 from rmsnorm_kernel.train import main
 
 REFUSED = [

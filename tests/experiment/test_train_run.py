@@ -8,8 +8,8 @@ import pytest
 from experiment_helpers import compose_cfg, run
 from tbparse import SummaryReader
 
-from rmsnorm_kernel.experiment.reload import check_checkpoints
-from rmsnorm_kernel.experiment.run import train
+from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.experiment.exports.reload import check_checkpoints
 
 
 def test_fast_dev_run(tmp_path):

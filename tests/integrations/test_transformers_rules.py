@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +28,7 @@ from transformers.models.t5.modeling_t5 import T5LayerNorm
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel.integrations.transformers import UnsupportedNormError, patch, unpatch
+from rmsnorm_kernel.paths import CONFIG_DIR
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 ULP = {BF16: 2**-7, F16: 2**-10, F32: 2**-23}
@@ -150,9 +150,7 @@ def test_single_rounding_would_fail_the_llama_rule(dtype, device):
 
 #: The campaign's tolerances (conf/campaign/default.yaml, fixed before any run) and its gate on
 #: kernel error / PyTorch's own error against the float64 oracle.
-_CAMPAIGN = yaml.safe_load(
-    (Path(__file__).resolve().parents[2] / "conf" / "campaign" / "default.yaml").read_text()
-)
+_CAMPAIGN = yaml.safe_load((CONFIG_DIR / "campaign" / "default.yaml").read_text())
 RATIO_LIMIT = 1.25
 
 

@@ -6,14 +6,13 @@ once, before any run, for the campaigns and these tests alike.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import yaml
 
 import rmsnorm_kernel as rk
+from rmsnorm_kernel.paths import CONFIG_DIR
 
-_CAMPAIGN = Path(__file__).resolve().parents[2] / "conf" / "campaign" / "default.yaml"
+_CAMPAIGN = CONFIG_DIR / "campaign" / "default.yaml"
 
 
 def _load_tolerances() -> dict[torch.dtype, dict[str, float]]:

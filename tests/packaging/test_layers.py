@@ -129,7 +129,7 @@ print(json.dumps({{"imported": names,
     res = _run(code)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout.strip().splitlines()[-1])
-    assert f"{PACKAGE}.experiment.run" in report["imported"]
+    assert f"{PACKAGE}.experiment.core.run" in report["imported"]
     assert report["cli"] == []
 
 

@@ -2,7 +2,7 @@
 
 Scope ``generated`` = the contents of ``outputs/`` and ``checkpoints/`` under the project root,
 except their ``.gitkeep``. The project root is found from the package's own location
-(``experiment.paths.REPO_ROOT``), never taken from the current directory, and must be this
+(``rmsnorm_kernel.paths.REPO_ROOT``), never taken from the current directory, and must be this
 project's checkout: a ``conf/`` folder and a ``pyproject.toml`` whose project name is
 ``rmsnorm-kernel``. Clean refuses (deleting nothing, exit 1, naming the directory) when the
 package is not in such a checkout, when run from a directory outside the project without
@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmsnorm_kernel.experiment import paths
+from rmsnorm_kernel import paths
 
 PROJECT_NAME = "rmsnorm-kernel"
 SCOPES = {"generated": ("outputs", "checkpoints")}

@@ -5,7 +5,8 @@ Each command proves one claim (and is a Make target of the same name):
 =====================  ========================================================================
 command                what it proves / does
 =====================  ========================================================================
-reference              the float64 oracle is right (gradcheck, manual_backward); writes splits
+reference              the float64 oracle is right (gradcheck, manual_backward)
+data                   the MLP task's synthetic splits as safetensors + a manifest (sha256)
 check-forward          y matches the float64 oracle on every case, every element
 check-backward         dx matches the float64 oracle (autograd) on every case, every element
 check-weight           dweight matches the float64 oracle (autograd) on every case
@@ -16,6 +17,8 @@ bench                  ours beside its peers: graph and end-to-end times, GB/s, 
 benchmark              ``bench`` with the tutorial's timing protocol (``benchmark=tutorial``)
 plot                   PNG figures from the JSON of the checks and of ``bench``
 check-checkpoints      exported checkpoints reload bit for bit (``make reload-check``'s code)
+equivalence            a DDP sweep trained like one process (curves, metric, weights per norm)
+compare                a finished sweep's comparison again (comparison.json, tables)
 clean                  delete generated files under outputs/ and checkpoints/ (--dry-run lists)
 check-environment      CUDA + one real kernel launch, or a clear "interpreter" notice
 =====================  ========================================================================
@@ -33,7 +36,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"  # .../src/rmsnorm_kernel/cli -> repo
+from rmsnorm_kernel.paths import CONFIG_DIR as CONF_DIR  # the repo's conf/
+
 CONFIG_NAME = "cli"  # conf/cli.yaml: the command set's own root, apart from training's
 CAMPAIGNS = ("check-forward", "check-backward", "check-weight")
 # Old names kept so existing scripts and Make targets still run the same code.
@@ -69,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
             )
         return p
 
-    add("reference", "gradcheck the float64 oracle; write the synthetic splits (safetensors)")
+    add("reference", "gradcheck the float64 oracle; manual_backward against autograd")
+    add("data", "write the MLP task's synthetic splits (safetensors + manifest.json)")
     add("check-forward", "y against the float64 oracle on every configured case")
     add("check-backward", "dx against the float64 oracle on every configured case")
     add(
@@ -82,12 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="fewer shapes and curve points")
     add("benchmark", "bench with the tutorial's timing protocol (needs a GPU)")
     add("plot", "PNG figures from the checks' and bench's JSON (paths.figures_dir)")
-    sub.add_parser(
-        "check-checkpoints",
-        help="exported checkpoints reload bit for bit: the code of `make reload-check` "
-        "(its arguments: --ckpt PATH, --root DIR, --device cpu)",
-        add_help=False,
+    from rmsnorm_kernel.experiment.exports.reload import add_arguments as reload_arguments
+
+    reload_arguments(
+        add(
+            "check-checkpoints",
+            "exported checkpoints reload bit for bit (the code of `make reload-check`)",
+            overrides=False,
+        )
     )
+    from rmsnorm_kernel.cli.analysis import add_parsers as analysis_parsers
+
+    analysis_parsers(sub)  # equivalence, compare: tolerances from conf/compare/
     p = add("clean", "delete generated files under outputs/ and checkpoints/", overrides=False)
     p.add_argument("--scope", choices=["generated"], required=True)
     p.add_argument("--dry-run", action="store_true", help="list, delete nothing")
@@ -104,17 +115,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["check-checkpoints"]:
-        # One checkpoint check in the project: the experiment layer's, with its own arguments.
-        from rmsnorm_kernel.experiment.reload import main as reload_main
-
-        return reload_main(argv[1:])
     args = _parser().parse_args(argv)
     cmd = ALIASES.get(args.command, args.command)
     from rich.console import Console
 
     # Wide enough for the tables when piped to a log (rich defaults to 80 columns off a terminal).
     console = Console(width=None if sys.stdout.isatty() else 200)
+    if cmd == "check-checkpoints":
+        # One checkpoint check in the project: the experiment layer's.
+        from rmsnorm_kernel.experiment.exports.reload import run as run_reload
+
+        return run_reload(args)
+    if cmd in ("equivalence", "compare"):
+        from rmsnorm_kernel.cli.analysis import run as run_analysis
+
+        return run_analysis(args, console)
     if cmd == "clean":
         from rmsnorm_kernel.cli.clean import run_clean
 
@@ -147,7 +162,11 @@ def _run(cmd: str, cfg, console) -> int:
     if cmd == "reference":
         from rmsnorm_kernel.cli.campaigns.reference_check import run_reference
 
-        return run_reference(cfg, Path(cfg.campaign.data_dir), console)
+        return run_reference(cfg, Path(cfg.campaign.out_dir), console)
+    if cmd == "data":
+        from rmsnorm_kernel.cli.data import run_data
+
+        return run_data(cfg, Path(cfg.paths.data_dir), console)
     if cmd in CAMPAIGNS:
         from rmsnorm_kernel.cli.campaigns.runner import run_campaign
 

@@ -1,26 +1,27 @@
 """The experiment layer: Hydra + Lightning training of a net with each RMSNorm branch.
 
 Imports the kernel layer (``rmsnorm_kernel``), never the reverse, and never the command set
-(``rmsnorm_kernel.cli``). Modules, in reading order::
+(``rmsnorm_kernel.cli``). Subpackages, in reading order (conf/ is found by
+``rmsnorm_kernel.paths``)::
 
-    paths       where the repo's conf/ lives (for the compose API)
-    settings    checks of the compare settings (tolerances from conf/compare/)
-    data        make_splits (the synthetic task) and its resumable LightningDataModule
-    norms       the reference branch as an nn.Module
-    model       MLP: Linear -> RMSNorm -> SiLU -> Linear
-    builders    allow-lists of nets and norms, by name: what a checkpoint may ask to build
-    lit         the LightningModule (MSE, Adam, train/loss, val/loss, test/mse)
-    checkpoint  safetensors export, metadata rules and the one reload check (verify_checkpoint)
-    index       checkpoints/index.json: file -> run dir, config hash, sha256 (under a lock)
-    identity    config hash, recorded overrides and the TensorBoard run label
-    callbacks   the run's checks: kernel calls, first-batch probe, export, test metric; and
-                last.ckpt on Ctrl-C/SIGTERM
-    progress    the progress bar: steps against the step budget
-    launch      trainer=ddp: one process per device, started by train(cfg) (keeps Hydra's dirs)
-    run         train(cfg) -> metrics
-    compare/    the cross-branch verdict of a sweep (Hydra on_multirun_end): load, checks, plots
-    reload      check_checkpoints and `python -m rmsnorm_kernel.experiment.reload`
-    equivalence a DDP run against one process of the same branch (curves, metric, weights)
+    core/       what every task shares
+      settings    the one check of a training config (values, paths, compare tolerances)
+      builders    allow-lists of nets and norms, by name: what a checkpoint may ask to build
+      norms       the reference branch as an nn.Module
+      data        SplitsDataModule: resumable shuffled batches, each DDP rank's share
+      module      TaskModule: train/loss, val/loss and the test metric, reduced across ranks
+      probe       InitialProbe: outputs and gradients on the first batch, before any step
+      callbacks   the run's checks: kernel calls, export, test metric; last.ckpt on Ctrl-C/SIGTERM
+      progress    the progress bar: steps against the step budget
+      identity    config hash, recorded overrides, TensorBoard run label, resume identity
+      processes   trainer=ddp: one process per device, started by train(cfg)
+      run         train(cfg) -> metrics
+    mlp/        the seed's task: net (MLP, builder "mlp"), data (make_splits), module (MSE)
+    lm/         a Hugging Face Llama: net (builder "llama"), norms (hf, liger, triton_fused),
+                data (Markov chain), module (cross-entropy), callbacks (norm count, throughput)
+    exports/    checkpoint (safetensors export, metadata rules, verify_checkpoint), index
+                (checkpoints/index.json), reload (check_checkpoints and its command)
+    analysis/   the cross-branch verdict of a sweep (Hydra on_multirun_end) and DDP equivalence
 """
 
 import secrets

@@ -26,9 +26,9 @@ from torch import nn
 
 from ..function import rmsnorm
 
-#: The decoder forwards this module reproduces (type hints, decorators, comments aside).
-DECODER_SOURCES = (
-    """
+#: The decoder forward this module reproduces (type hints, decorators, comments aside), as
+#: transformers 5.17 spells it ...
+_DECODER_SOURCE = """
 def forward(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None,
             use_cache=False, position_embeddings=None, **kwargs):
     residual = hidden_states
@@ -48,29 +48,9 @@ def forward(self, hidden_states, attention_mask=None, position_ids=None, past_ke
     hidden_states = self.mlp(hidden_states)
     hidden_states = residual + hidden_states
     return hidden_states
-""",
-    """
-def forward(self, hidden_states, attention_mask=None, position_ids=None, cache=None,
-            use_cache=False, position_embeddings=None, **kwargs):
-    residual = hidden_states
-    hidden_states = self.input_layernorm(hidden_states)
-    hidden_states, _ = self.self_attn(
-        hidden_states=hidden_states,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        cache=cache,
-        use_cache=use_cache,
-        position_embeddings=position_embeddings,
-        **kwargs,
-    )
-    hidden_states = residual + hidden_states
-    residual = hidden_states
-    hidden_states = self.post_attention_layernorm(hidden_states)
-    hidden_states = self.mlp(hidden_states)
-    hidden_states = residual + hidden_states
-    return hidden_states
-""",
-)
+"""
+#: ... and with the later ``cache=`` argument, statement for statement the same otherwise.
+DECODER_SOURCES = (_DECODER_SOURCE, _DECODER_SOURCE.replace("past_key_values", "cache"))
 
 
 def add_norm(norm: nn.Module, x: torch.Tensor, residual: torch.Tensor):

@@ -22,7 +22,7 @@ import torch
 from rmsnorm_kernel.cli.bench import peers
 from rmsnorm_kernel.cli.bench.compare import add_ratios, gb_per_s, summarise_timing, traffic_bytes
 from rmsnorm_kernel.cli.bench.plan import Plan, Shape
-from rmsnorm_kernel.cli.campaigns.cases import DTYPES
+from rmsnorm_kernel.cli.common import DTYPES
 
 Forward = peers.Forward
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rmsnorm_kernel.cli.bench.peers import PEERS
-from rmsnorm_kernel.cli.campaigns.cases import DTYPES, SHORT
+from rmsnorm_kernel.cli.common import DTYPES, SHORT
 from rmsnorm_kernel.cli.validate import ConfigError, choice, count, number
 
 PASSES = ("forward", "forward_backward")

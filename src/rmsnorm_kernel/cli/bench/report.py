@@ -112,29 +112,20 @@ def print_report(payload: dict, console: Console) -> None:
                 console.print(
                     timing_table(sel, impls, ours, SECTION_TITLE[section] + MODE_TITLE[mode])
                 )
-    memory = [g for g in groups if g["mode"] == "memory"]
-    if memory:
-        console.print(
-            value_table(
-                memory,
-                impls,
-                "peak_bytes",
-                lambda v: f"{v / 2**20:.1f}",
-                "peak memory of one call, MiB (max_memory_allocated delta)",
-            )
-        )
-    errors = [g for g in groups if g["mode"] == "error"]
-    if errors:
-        console.print(
-            value_table(
-                errors,
-                impls,
-                "max_abs_err",
-                lambda v: f"{v:.2e}",
-                "forward max |y - float64 oracle|",
-                ratio=False,
-            )
-        )
+    value_tables = (  # (mode, key, format, title, with ratios)
+        (
+            "memory",
+            "peak_bytes",
+            lambda v: f"{v / 2**20:.1f}",
+            "peak memory of one call, MiB (max_memory_allocated delta)",
+            True,
+        ),
+        ("error", "max_abs_err", lambda v: f"{v:.2e}", "forward max |y - float64 oracle|", False),
+    )
+    for mode, key, form, title, ratio in value_tables:
+        sel = [g for g in groups if g["mode"] == mode]
+        if sel:
+            console.print(value_table(sel, impls, key, form, title, ratio=ratio))
     for name, info in payload["peers"].items():
         version = f" {info['version']}" if info["version"] else ""
         console.print(

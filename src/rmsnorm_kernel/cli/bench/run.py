@@ -20,7 +20,7 @@ from rmsnorm_kernel.cli.bench.figures import plot_curves
 from rmsnorm_kernel.cli.bench.measure import Runner
 from rmsnorm_kernel.cli.bench.plan import read_plan
 from rmsnorm_kernel.cli.bench.report import print_report
-from rmsnorm_kernel.cli.campaigns.report import environment, write_json
+from rmsnorm_kernel.cli.common import environment, write_json
 
 NO_GPU = (
     "bench needs a CUDA GPU: it times GPU kernels with CUDA graphs and CUDA events. Here the "

@@ -26,15 +26,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from rmsnorm_kernel.cli.common import DTYPES, SHORT
 from rmsnorm_kernel.cli.validate import ConfigError
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
-SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 INPUTS = ("unit", "random", "wide")
 LAYOUTS = ("contiguous", "batched", "strided")
 WIDE_SCALE = 300.0  # |x| > 256 for ~40% of elements: x*x overflows float16 (max 65504)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rmsnorm_kernel.cli.campaigns.cases import DTYPES, Case, make_inputs
+from rmsnorm_kernel.cli.campaigns.cases import Case, make_inputs
+from rmsnorm_kernel.cli.common import DTYPES
 from rmsnorm_kernel.reference import rmsnorm_reference
 
 # campaign command -> the quantity it checks

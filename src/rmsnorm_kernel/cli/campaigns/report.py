@@ -1,62 +1,11 @@
-"""Campaign reports: JSON on disk, a rich table on the terminal, the run's environment."""
+"""Campaign reports: the rich tables of a check campaign (JSON and environment: cli/common.py)."""
 
 from __future__ import annotations
 
-import json
-import math
-import platform
-from pathlib import Path
-
-import torch
 from rich.console import Console
 from rich.table import Table
 
-
-def environment() -> dict:
-    """Versions and hardware a figure depends on (the 'hardware named' of our figures)."""
-    import triton
-
-    from rmsnorm_kernel.backend import BACKEND
-
-    info = {
-        "backend": BACKEND,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "cuda_available": torch.cuda.is_available(),
-        "device": "cpu (Triton interpreter)",
-    }
-    if torch.cuda.is_available():
-        info["device"] = torch.cuda.get_device_name()
-        info["cuda"] = torch.version.cuda
-    return info
-
-
-def _clean(value):
-    """JSON has no inf/nan: write them as strings so the file stays standard JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
-def write_json(payload: dict, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(payload), indent=2) + "\n")
-    return path
-
-
-def fmt(value, spec: str = ".3g") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float) and math.isnan(value):
-        return "nan"
-    return format(value, spec)
+from rmsnorm_kernel.cli.common import fmt
 
 
 def summary_table(payload: dict) -> Table:

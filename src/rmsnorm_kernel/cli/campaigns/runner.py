@@ -15,8 +15,14 @@ from rich.console import Console
 
 from rmsnorm_kernel.cli.campaigns.cases import Case, build_cases
 from rmsnorm_kernel.cli.campaigns.evaluate import QUANTITY_OF, CaseResult, Impl, evaluate_case
-from rmsnorm_kernel.cli.campaigns.report import environment, fmt, print_report, write_json
-from rmsnorm_kernel.cli.campaigns.tolerances import read_ratio_limits, read_tolerances
+from rmsnorm_kernel.cli.campaigns.report import print_report
+from rmsnorm_kernel.cli.common import (
+    environment,
+    fmt,
+    read_ratio_limits,
+    read_tolerances,
+    write_json,
+)
 
 
 def case_row(res: CaseResult, quantity: str) -> dict:

@@ -21,8 +21,7 @@ from rich.table import Table
 
 from rmsnorm_kernel.cli.campaigns.cases import build_cases
 from rmsnorm_kernel.cli.campaigns.evaluate import evaluate_case
-from rmsnorm_kernel.cli.campaigns.report import environment, fmt, write_json
-from rmsnorm_kernel.cli.campaigns.tolerances import Tolerances, read_tolerances
+from rmsnorm_kernel.cli.common import Tolerances, environment, fmt, read_tolerances, write_json
 from rmsnorm_kernel.cli.exercise.mutants import MUTANTS, mutant_rmsnorm
 from rmsnorm_kernel.cli.validate import ConfigError
 

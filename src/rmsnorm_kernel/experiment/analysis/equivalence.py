@@ -1,0 +1,55 @@
+"""Did a DDP sweep train like one process? Two sweeps of the same branches, paired by norm.
+
+Each pair (a DDP run and the one-process run of the same norm) goes through the DDP equivalence
+check (:func:`.checks.equivalence_pair`): the curves of ``compare.equivalence.curves`` at every
+logged step, ``compare.metric`` and every exported weight, against the ``compare.equivalence``
+tolerances (``conf/compare/default.yaml``). The command is ``python -m rmsnorm_kernel.cli
+equivalence DDP_SWEEP SINGLE_SWEEP``; it exits 1 when any pair differs beyond a tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .checks import equivalence_pair
+from .load import ComparisonError, Run, find_runs, load_run
+from .tolerances import equivalence_settings
+
+
+def _by_norm(sweep_dir: Path) -> dict[str, Run]:
+    runs = [load_run(d) for d in find_runs(Path(sweep_dir))]
+    by_norm = {r.norm: r for r in runs}
+    if not runs or len(by_norm) != len(runs):
+        raise ComparisonError(
+            f"{sweep_dir}: expected one finished run per norm (found {len(runs)})"
+        )
+    return by_norm
+
+
+def compare_sweeps(ddp_dir: Path, single_dir: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"pairs": [equivalence_pair, ...] (sorted by norm), "passed"}`` of two sweeps with one
+    run per norm each; ``settings`` is the ``compare`` config."""
+    checked = equivalence_settings(settings)
+    ddp, single = _by_norm(ddp_dir), _by_norm(single_dir)
+    if ddp.keys() != single.keys():
+        raise ComparisonError(f"the sweeps ran different norms: {sorted(ddp)} vs {sorted(single)}")
+    pairs = [equivalence_pair(ddp[n], single[n], checked) for n in sorted(ddp)]
+    return {"pairs": pairs, "passed": all(p["passed"] for p in pairs)}
+
+
+def format_pairs(result: dict[str, Any]) -> str:
+    """One line per pair, then PASSED, or FAILED with the tolerances."""
+    lines = []
+    for p in result["pairs"]:
+        curves = ", ".join(f"{k} {v:.2e}" for k, v in p["curve_max_abs"].items())
+        lines.append(
+            f"{p['norm']:>10}  {p['world_size'][0]} vs {p['world_size'][1]} processes  "
+            f"{p['metric']} {p['values'][0]:.10f} vs {p['values'][1]:.10f} "
+            f"(|delta| {p['metric_abs']:.2e})  max |delta| {curves}, "
+            f"weights {p['weight_max_abs']:.2e}  {'PASSED' if p['passed'] else 'FAILED'}"
+        )
+    tolerances = result["pairs"][0]["tolerances"] if result["pairs"] else {}
+    lines.append("PASSED" if result["passed"] else f"FAILED (tolerances {tolerances})")
+    return "\n".join(lines)

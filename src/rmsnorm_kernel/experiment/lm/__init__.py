@@ -1,0 +1,2 @@
+"""A Hugging Face Llama trained on a synthetic Markov language (net, norms, data, module,
+callbacks)."""
