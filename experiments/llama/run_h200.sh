@@ -11,8 +11,10 @@
 # hydra or tbparse is missing.
 #   bash experiments/llama/run_h200.sh OUTDIR
 # OUTDIR receives the small results (comparison.json, lm_comparison.json, loss_curves.png, each
-# run's metrics.json and TensorBoard events, train.log). The exported weights (GBs) go to
-# $SCRATCH (default /tmp/llama_h200) and are deleted at the end, after their reload check ran.
+# run's metrics.json and TensorBoard events, train.log). At these widths neither a Lightning
+# checkpoint nor the safetensors export is written by default (callbacks=lm_fast, checkpointing
+# off: issue 19's fast runs); with EXTRA=callbacks=lm the exported weights (GBs) go to $SCRATCH
+# (default /tmp/llama_h200) and are deleted at the end, after their reload check ran.
 # SWEEP replaces the experiment choice (SWEEP=experiment=llama runs the tiny CPU model instead);
 # NORMS fixes the branches; TRAIN_ARGS goes before the overrides (e.g. --config-path DIR); EXTRA
 # holds more overrides (e.g. callbacks.safetensors_checkpoint=null).

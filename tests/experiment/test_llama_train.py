@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
 import torch
+from experiment_helpers import one_thread
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from planted_norms import SEARCHPATH, planted_norm
 from safetensors import safe_open
 
 from rmsnorm_kernel.experiment.analysis import (
@@ -38,6 +41,19 @@ def compose_llama(*overrides: str):
         return compose("train", overrides=[*([] if chosen else ["experiment=llama"]), *overrides])
 
 
+def tiny(root: Path, run: str) -> list[str]:
+    """The CPU sweep's overrides: STEPS steps, one validation, run dir ``root/run``."""
+    return [
+        f"trainer.max_steps={STEPS}",
+        f"trainer.val_check_interval={STEPS}",
+        "callbacks.throughput.warmup_steps=1",
+        "~callbacks.progress_bar",
+        "+trainer.enable_progress_bar=false",
+        f"paths.output_dir={root / run}",
+        f"paths.checkpoint_dir={root / 'checkpoints'}",
+    ]
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("llama")
@@ -45,17 +61,7 @@ def sweep(tmp_path_factory) -> Path:
     torch.set_num_threads(1)  # tiny matmuls: a second thread only waits on a shared 2-core box
     try:
         for num, norm in enumerate(("hf", "triton")):
-            cfg = compose_llama(
-                f"norm={norm}",
-                f"trainer.max_steps={STEPS}",
-                f"trainer.val_check_interval={STEPS}",
-                "callbacks.throughput.warmup_steps=1",
-                "~callbacks.progress_bar",
-                "+trainer.enable_progress_bar=false",
-                f"paths.output_dir={root / f'{num}_{norm}'}",
-                f"paths.checkpoint_dir={root / 'checkpoints'}",
-            )
-            train(cfg)
+            train(compose_llama(*tiny(root, f"{num}_{norm}"), f"norm={norm}"))
     finally:
         torch.set_num_threads(threads)
     return root
@@ -173,5 +179,66 @@ def test_llm_width_experiments_compose_to_valid_specs(experiment, hidden, layers
     assert cfg.dataset.batch_size * cfg.dataset.seq_len == tokens
     assert cfg.dataset.n_train == cfg.trainer.max_steps * cfg.dataset.batch_size
     assert cfg.trainer.precision == "bf16-mixed"
-    assert cfg.callbacks.model_checkpoint is None and cfg.callbacks.save_on_interrupt is None
+    assert cfg.trainer.enable_checkpointing is False  # no last.ckpt (~13 GB) unless asked
+    assert cfg.callbacks.safetensors_checkpoint is None  # no export unless callbacks=lm
     assert cfg.compare.baseline == "hf"
+
+
+#: The LLM-width experiments' switches (no Lightning checkpoint, no export), on the tiny Llama.
+FAST = ("callbacks=lm_fast", "++trainer.enable_checkpointing=false")
+
+
+@pytest.fixture(scope="module")
+def planted_sweep(sweep, tmp_path_factory) -> tuple[Path, float]:
+    """``sweep``'s hf and triton runs plus ``norm=planted_eps`` (hf with eps x 100) with the
+    LLM-width switches; returns the sweep dir and the planted run's seconds."""
+    root = tmp_path_factory.mktemp("planted")
+    for run in ("0_hf", "1_triton"):
+        (root / run).symlink_to(sweep / run)
+    with one_thread(), planted_norm():
+        cfg = compose_llama(*tiny(root, "2_planted_eps"), "norm=planted_eps", SEARCHPATH, *FAST)
+        start = time.perf_counter()
+        train(cfg)
+    return root, time.perf_counter() - start
+
+
+def test_fast_switches_train_without_checkpoint_or_export(planted_sweep):
+    root, seconds = planted_sweep
+    run = root / "2_planted_eps"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["train_steps"] == 3 and set(metrics["phase_s"]) == {"build", "fit", "test"}
+    assert "checkpoint" not in metrics  # no export recorded
+    assert not list(run.rglob("*.ckpt"))
+    # The only safetensors file is the comparison's first-batch probe; no export was written.
+    assert [p.name for p in run.rglob("*.safetensors")] == ["initial_probe.safetensors"]
+    assert not (root / "checkpoints").exists()
+    assert seconds < 30
+
+
+def test_the_lm_criterion_fails_the_planted_branch_and_passes_triton(planted_sweep):
+    """One tiny sweep (hf, triton, planted_eps; 3 steps) through the unchanged conf/compare/lm.yaml.
+
+    Measured on CPU: the first-batch probe (the exact check) catches eps x 100 by ~4 orders of
+    magnitude (output 7.5e-2, gradients 3.1e-2 against 1e-5), while after 3 steps the loss checks
+    do not (|delta test/loss| 1.7e-3 < 1e-2, max |delta train/loss| 1.5e-3 < 2e-2): at this size
+    the probe is the check that fails it. Triton passes every check (deltas ~5e-7).
+    """
+    root, _ = planted_sweep
+    settings = dict(compose_llama().compare)
+    result = compare_runs(find_runs(root), root, settings)
+    assert not result["passed"]
+    branches = result["groups"][0]["branches"]
+    planted, triton = branches["planted_eps"], branches["triton"]
+    tol = settings["initial_error_tolerance"]
+    assert [f.split(" = ")[0] for f in result["failed"]] == [
+        "(all runs) planted_eps: initial output error",
+        "(all runs) planted_eps: initial grad error",
+    ]
+    assert planted["initial_output_error"] > 1000 * tol
+    assert planted["initial_grad_error"] > 1000 * tol
+    # What the loss checks see of it at 3 tiny steps: a real difference, but within tolerance.
+    assert 1e-4 < abs(planted["delta"]) <= settings["delta_metric_tolerance"]
+    assert 1e-4 < planted["max_curve_delta"] <= settings["curve_tolerance"]
+    assert triton["initial_output_error"] <= tol and triton["initial_grad_error"] <= tol
+    assert abs(triton["delta"]) < 1e-5 and triton["max_curve_delta"] < 1e-5
+    assert result["lm"]["failed"] == []  # the curve check passes both branches here

@@ -165,9 +165,14 @@ class SafetensorsCheckpoint(L.Callback):
         except OSError as e:
             if tmp.parent.is_dir():
                 tmp.unlink(missing_ok=True)
+            kept = (
+                "the trained state is kept in last.ckpt"
+                if trainer.checkpoint_callback is not None
+                else "checkpointing is off (trainer.enable_checkpointing=false): no last.ckpt"
+            )
             raise ExportFailed(
                 f"paths.checkpoint_dir {self.directory}: the export could not be written "
-                f"({e.strerror or e}); the trained state is kept in last.ckpt"
+                f"({e.strerror or e}); {kept}"
             ) from e
         digest = sha256_of(tmp)
         with index.locked(self.directory):

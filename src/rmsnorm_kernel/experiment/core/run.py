@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..exports.checkpoint import load_checkpoint
-from .callbacks import ExportFailed, RecordRunIdentity
+from .callbacks import ExportFailed, RecordRunIdentity, SaveOnInterrupt
 from .identity import (
     check_resume,
     config_hash,
@@ -56,12 +56,50 @@ def build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule]:
 
 
 def _callbacks(cfg: DictConfig) -> dict[str, L.Callback]:
-    """``cfg.callbacks`` built, by name (a ``null`` entry switches a callback off)."""
-    return {
+    """``cfg.callbacks`` built, by name (a ``null`` entry switches a callback off).
+
+    ``trainer.enable_checkpointing: false`` means no Lightning checkpoint at all: the
+    ``ModelCheckpoint`` and :class:`~.callbacks.SaveOnInterrupt` entries are left out (SIGTERM
+    then just stops the run)."""
+    built = {
         name: instantiate(node)
         for name, node in (cfg.get("callbacks") or {}).items()
         if node is not None and "_target_" in node
     }
+    if cfg.trainer.get("enable_checkpointing") is False:
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        built = {
+            k: c for k, c in built.items() if not isinstance(c, ModelCheckpoint | SaveOnInterrupt)
+        }
+    return built
+
+
+def _checkpointing(cfg: DictConfig, callbacks: dict[str, L.Callback]) -> bool:
+    """``trainer.enable_checkpointing`` when set; otherwise whether a ``ModelCheckpoint`` is
+    configured, so ``callbacks.model_checkpoint: null`` does not let Lightning add its default."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    asked = cfg.trainer.get("enable_checkpointing")
+    if asked is not None:
+        return bool(asked)
+    return any(isinstance(c, ModelCheckpoint) for c in callbacks.values())
+
+
+def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, dict[str, L.Callback], Any]:
+    """The trainer ``fit_and_test`` uses, its callbacks by name, and its logger (or False)."""
+    callbacks = _callbacks(cfg)
+    callbacks["run_identity"] = RecordRunIdentity(run_identity(cfg))
+    if (stop := stop_on_request()) is not None:  # a DDP child: SIGTERM/Ctrl-C come this way
+        callbacks["stop_on_request"] = stop
+    logger = instantiate(cfg.logger) if cfg.get("logger") else False
+    trainer: L.Trainer = instantiate(
+        cfg.trainer,
+        callbacks=list(callbacks.values()),
+        logger=logger,
+        enable_checkpointing=_checkpointing(cfg, callbacks),
+    )
+    return trainer, callbacks, logger
 
 
 def _warm_start(model: L.LightningModule, ckpt_path: str) -> None:
@@ -118,12 +156,7 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     datamodule, model = build(cfg)
     phase_s["build"] = time.perf_counter() - t0
-    callbacks = _callbacks(cfg)
-    callbacks["run_identity"] = RecordRunIdentity(run_identity(cfg))
-    if (stop := stop_on_request()) is not None:  # a DDP child: SIGTERM/Ctrl-C come this way
-        callbacks["stop_on_request"] = stop
-    logger = instantiate(cfg.logger) if cfg.get("logger") else False
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=list(callbacks.values()), logger=logger)
+    trainer, callbacks, logger = build_trainer(cfg)
     if logger:
         logger.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
 
@@ -197,7 +230,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         ExportFailed: the export could not be written; raised after ``metrics.json`` (with
             ``export_error``) and ``last.ckpt`` are saved.
         SystemExit: 143 after SIGTERM, 130 after Ctrl-C (``last.ckpt`` saved first by the
-            interrupt callback).
+            interrupt callback; with ``trainer.enable_checkpointing: false`` nothing is saved).
     """
     # Every value and path rule, before anything is built or written (a bad tolerance or an
     # unwritable checkpoint dir fails now, not after hours of training).

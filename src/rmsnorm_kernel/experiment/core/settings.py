@@ -128,6 +128,13 @@ def check_train_config(cfg: Any, paths: bool = True) -> None:
                 "ckpt_path must be null, auto, or an existing last.ckpt / .safetensors file "
                 f"(got {ckpt!r})"
             )
+        resumes = ckpt == "auto" or not ckpt.endswith(".safetensors")
+        if resumes and _get(cfg, "trainer.enable_checkpointing")[1] is False:
+            raise SettingsError(
+                "ckpt_path resumes from a Lightning last.ckpt, which needs "
+                "trainer.enable_checkpointing=true (this config writes none; got "
+                f"ckpt_path={ckpt!r})"
+            )
     if _get(cfg, "compare")[1] is not None:
         check_compare_settings(cfg["compare"])
     if paths:
