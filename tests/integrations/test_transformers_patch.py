@@ -84,3 +84,27 @@ def test_save_pretrained_round_trip(family, tmp_path, device):
         torch.testing.assert_close(loaded(input_ids=ids).logits, ref, atol=0, rtol=0)
         assert patch(loaded) == len(norm_modules(loaded))
         torch.testing.assert_close(loaded(input_ids=ids).logits, patched, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_patched_model_with_a_strided_norm_weight(dtype, device):
+    """A final-norm weight that is a column of a bigger matrix (stride 3, not contiguous): the
+    patched model's logits and that weight's gradient match the unpatched model's (the kernel
+    used to read it as if contiguous: logits off by 0.88)."""
+    model = tiny_model("llama").to(device=device, dtype=dtype)
+    norm = model.model.norm
+    big = torch.randn(norm.weight.shape[0], 3, device=device, dtype=dtype)
+    big[:, 1] = norm.weight.detach()
+    norm.weight = torch.nn.Parameter(big[:, 1])
+    assert not norm.weight.is_contiguous() and norm.weight.stride() == (3,)
+    ids = tokens().to(device)
+    ref_logits, ref_grads = logits_and_grads(model, ids)
+    assert patch(model) > 0
+    logits, grads = logits_and_grads(model, ids)
+    tol = LOGITS_TOL if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    torch.testing.assert_close(logits, ref_logits, **tol)
+    torch.testing.assert_close(
+        grads["model.norm.weight"],
+        ref_grads["model.norm.weight"],
+        **(GRAD_TOL if dtype == torch.float32 else tol),
+    )
