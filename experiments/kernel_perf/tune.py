@@ -9,6 +9,10 @@ Parts:
          accumulation, and the previous two-launch backward (previous_backward.py).
 - peers: the issue's shapes in graph mode (CUDA-graph replay: kernel time only), ours beside
          F.rms_norm and Liger when importable; GB/s = bytes moved / time (fwd 2MNs, fwd+bwd 5MNs).
+- small: small M (256-2048 rows x 4096, bf16) in graph mode: backward alone over explicit
+         grids (row groups x tree or sum finish x warps), beside fwd+bwd of ours, F.rms_norm, Liger.
+- bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
+         programs per SM x warps, the dweight finish, pipelining stages.
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
@@ -190,6 +194,117 @@ def part_bwd(rows):
                 )
             except Exception as e:  # noqa: BLE001
                 record(M=m, N=n, variant=name, error=repr(e)[:300])
+
+
+def graph_us(fn) -> float:
+    fn()  # compile outside the capture
+    torch.cuda.synchronize()
+    return 1e3 * ms_graph(fn)
+
+
+def _bwd_inputs(m, n, dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device="cuda", dtype=dtype)
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    dy = torch.randn(m, n, device="cuda", dtype=dtype)
+    _, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, dtype)
+    xd = x.double()
+    ref = (dy.double() * xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + EPS)).sum(0)
+    return x, w, dy, rstd, ref
+
+
+def _bwd_record(rows, part, m, n, name, cfg, inputs):
+    x, w, dy, rstd, ref = inputs
+    r = dict(part=part, M=m, N=n, variant=name, config=repr(cfg))
+    try:
+        cfg.check(m, n)
+
+        def fn():
+            return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+
+        dw = fn()[1]
+        us = graph_us(fn)
+        r.update(
+            us=us,
+            GBps=3 * m * n * 2 / us / 1e3,
+            dw_rel_err=((dw.double() - ref).abs().max() / ref.abs().max()).item(),
+        )
+    except Exception as e:  # noqa: BLE001 - keep sweeping, record why
+        r["error"] = repr(e)[:300]
+    rows.append(r)
+    print(json.dumps(r), flush=True)
+
+
+def _grid(m, n, groups, base):
+    rpp = triton.cdiv(m, groups)
+    return dataclasses.replace(base, groups=triton.cdiv(m, rpp), rows_per_program=rpp)
+
+
+def _peers_graph(rows, part, m, n, dtype=torch.bfloat16):
+    for name, f in peer_fns().items():
+        x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+        w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
+        dy = torch.randn(m, n, device="cuda", dtype=dtype)
+        r = dict(part=part, M=m, N=n, impl=name)
+        try:
+            r["fwd_us"] = graph_us(lambda: f(x.detach(), w.detach()))  # noqa: B023
+            r["fb_us"] = graph_us(
+                lambda: torch.autograd.grad(f(x, w), (x, w), dy)  # noqa: B023
+            )
+        except Exception as e:  # noqa: BLE001
+            r["error"] = repr(e)[:300]
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+
+
+def part_small(rows):
+    """Small M: the persistent grid's partials and the tree's sequential tail dominate."""
+    n = 4096
+    for m in (256, 1024, 2048):
+        _peers_graph(rows, "small", m, n)
+        inputs = _bwd_inputs(m, n)
+        base = backward_config(m, n, 0)
+        _bwd_record(rows, "small", m, n, "default", base, inputs)
+        for groups in (8, 16, 32, 64, 128, 264, 512):
+            if groups > m:
+                continue
+            for tree in (True, False):
+                for warps in (4, 8, 16):
+                    cfg = dataclasses.replace(
+                        _grid(m, n, groups, base), tree=tree, dw_float64=True, num_warps=warps
+                    )
+                    _bwd_record(
+                        rows, "small", m, n, f"g={groups} tree={tree} w={warps}", cfg, inputs
+                    )
+        del inputs
+
+
+def part_bwdq(rows):
+    """quack's shapes: programs per SM x warps (sum finish, float32 rows), then the finish and
+    the pipelining depth at a few grids."""
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n in ((16384, 4096), (65536, 1024), (4096, 4096)):
+        _peers_graph(rows, "bwdq", m, n)
+        inputs = _bwd_inputs(m, n)
+        base = backward_config(m, n, 0)
+        _bwd_record(rows, "bwdq", m, n, "default", base, inputs)
+        for per_sm in (1, 2, 3, 4, 6, 8):
+            for warps in (4, 8, 16):
+                cfg = dataclasses.replace(
+                    _grid(m, n, sm * per_sm, base), tree=False, dw_float64=False, num_warps=warps
+                )
+                _bwd_record(rows, "bwdq", m, n, f"per_sm={per_sm} w={warps} sum", cfg, inputs)
+        for per_sm in (1, 2, 4):
+            g = _grid(m, n, sm * per_sm, base)
+            for name, ch in (
+                ("tree f64", dict(tree=True, dw_float64=True)),
+                ("tree f32", dict(tree=True, dw_float64=False)),
+                ("sum stages=2", dict(tree=False, dw_float64=False, stages=2)),
+                ("sum stages=3", dict(tree=False, dw_float64=False, stages=3)),
+            ):
+                cfg = dataclasses.replace(g, **ch)
+                _bwd_record(rows, "bwdq", m, n, f"per_sm={per_sm} {name}", cfg, inputs)
+        del inputs
 
 
 SHAPES = [

@@ -17,7 +17,9 @@
 # (default /tmp/llama_h200) and are deleted at the end, after their reload check ran.
 # SWEEP replaces the experiment choice (SWEEP=experiment=llama runs the tiny CPU model instead);
 # NORMS fixes the branches; TRAIN_ARGS goes before the overrides (e.g. --config-path DIR); EXTRA
-# holds more overrides (e.g. callbacks.safetensors_checkpoint=null).
+# holds more overrides (e.g. callbacks.safetensors_checkpoint=null); ENTRY replaces
+# `-m rmsnorm_kernel.train` (tests/experiment/planted_train.py adds the planted wrong norms);
+# KEEP=1 keeps $SCRATCH (the sweep, for experiments/llama/noise_floor.py).
 set -u
 out=${1:?usage: run_h200.sh OUTDIR}
 mkdir -p "$out"
@@ -58,7 +60,7 @@ fi
 
 rm -rf "$scratch" && mkdir -p "$scratch"
 t0=$SECONDS
-timeout "${LIMIT:-560}" "$py" -m rmsnorm_kernel.train ${TRAIN_ARGS:-} --multirun "$sweep" "norm=$norms" \
+timeout "${LIMIT:-560}" "$py" ${ENTRY:--m rmsnorm_kernel.train} ${TRAIN_ARGS:-} --multirun "$sweep" "norm=$norms" \
   "paths.checkpoint_dir=$scratch/checkpoints" "hydra.sweep.dir=$scratch/sweep" ${EXTRA:-} \
   > "$out/train.log" 2>&1
 rc=$?
@@ -71,5 +73,5 @@ grep -v -E "^\s*$" "$out/train.log" | tail -40
   | xargs -0 -r cp --parents -t "$out" && find . \( -name metrics.json -o -name '*.yaml' \) \
   -path './*/*' -type f -print0 | xargs -0 -r cp --parents -t "$out")
 ls -la "$scratch/checkpoints" >> "$out/summary.txt" 2>&1
-rm -rf "$scratch"
+[ -n "${KEEP:-}" ] || rm -rf "$scratch"
 exit $rc

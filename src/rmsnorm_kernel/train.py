@@ -48,7 +48,8 @@ def _one_line(override: str, error: Exception) -> str:
 
 def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
     """Concrete override lists covering every value of every sweep (each value once, the other
-    sweeps at their first value); Hydra's own ``hydra.*`` overrides are left to Hydra.
+    sweeps at their first value); Hydra's own ``hydra.*`` overrides are left to Hydra, except
+    ``hydra.searchpath`` (more config dirs), which every set keeps so their choices compose.
 
     Raises :class:`SettingsError` for an override that does not parse (``garbage``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -56,6 +57,7 @@ def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
 
     parser = OverridesParser.create()
     choices: list[list[str]] = []
+    searchpath: list[str] = []
     for text in overrides:
         try:
             (parsed,) = parser.parse_overrides([text])
@@ -65,6 +67,8 @@ def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
                 f"(Hydra: {(str(e).splitlines() + [''])[1].strip()})"
             ) from e
         if parsed.is_hydra_override():
+            if parsed.get_key_element() == "hydra.searchpath":
+                searchpath.append(text)
             continue
         if not parsed.is_sweep_override():
             choices.append([text])
@@ -78,7 +82,7 @@ def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
     sets = [base]
     for i, values in enumerate(choices):
         sets += [[*base[:i], v, *base[i + 1 :]] for v in values[1:]]
-    return sets
+    return [[*s, *searchpath] for s in sets]
 
 
 def precheck(overrides: Sequence[str], config_name: str = CONFIG_NAME) -> None:
