@@ -295,12 +295,12 @@ def equivalence_pair(ddp: Run, single: Run, settings: dict[str, Any]) -> dict[st
         "values": values,
         "curve_max_abs": curves,
         "metric_abs": abs(values[0] - values[1]),
-        "weight_max_abs": _weight_diff(ddp, single),
+        "weight_max_abs": None if tol["weight_max_abs"] is None else _weight_diff(ddp, single),
         "tolerances": dict(tol),
     }
     result["passed"] = (
         max(curves.values()) <= tol["curve_max_abs"]
         and result["metric_abs"] <= tol["metric_abs"]
-        and result["weight_max_abs"] <= tol["weight_max_abs"]
+        and (tol["weight_max_abs"] is None or result["weight_max_abs"] <= tol["weight_max_abs"])
     )
     return result

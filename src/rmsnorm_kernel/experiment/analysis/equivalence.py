@@ -44,11 +44,13 @@ def format_pairs(result: dict[str, Any]) -> str:
     lines = []
     for p in result["pairs"]:
         curves = ", ".join(f"{k} {v:.2e}" for k, v in p["curve_max_abs"].items())
+        w = p["weight_max_abs"]
+        weights = "not compared (no export)" if w is None else f"{w:.2e}"
         lines.append(
             f"{p['norm']:>10}  {p['world_size'][0]} vs {p['world_size'][1]} processes  "
             f"{p['metric']} {p['values'][0]:.10f} vs {p['values'][1]:.10f} "
             f"(|delta| {p['metric_abs']:.2e})  max |delta| {curves}, "
-            f"weights {p['weight_max_abs']:.2e}  {'PASSED' if p['passed'] else 'FAILED'}"
+            f"weights {weights}  {'PASSED' if p['passed'] else 'FAILED'}"
         )
     tolerances = result["pairs"][0]["tolerances"] if result["pairs"] else {}
     lines.append("PASSED" if result["passed"] else f"FAILED (tolerances {tolerances})")

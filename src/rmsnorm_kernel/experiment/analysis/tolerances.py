@@ -9,6 +9,7 @@ number would make a verdict meaningless, so it is refused with an error naming i
     compare_settings(cfg)      baseline, metric, curve, checks, and the tolerances of those checks
     equivalence_settings(cfg)  metric, and compare.equivalence: curves, curve_max_abs,
                                metric_abs, weight_max_abs
+                               (weight_max_abs null: weights not compared)
 """
 
 from __future__ import annotations
@@ -75,5 +76,12 @@ def equivalence_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(section, Mapping):
         raise SettingsError(f"compare.equivalence must be a mapping (got {section!r})")
     curves = _names(section, "curves", "compare.equivalence")
-    tolerances = {k: tolerance(section, k, "compare.equivalence") for k in EQUIVALENCE_TOLERANCES}
+    # weight_max_abs: null says, visibly, that the runs export no weights (LLM width, no export)
+    # and only curves and the metric are compared; every other tolerance must be a number.
+    tolerances = {
+        k: None
+        if k == "weight_max_abs" and section.get(k, 0) is None
+        else tolerance(section, k, "compare.equivalence")
+        for k in EQUIVALENCE_TOLERANCES
+    }
     return {"metric": metric, "curves": list(curves), "tolerances": tolerances}

@@ -42,7 +42,9 @@ class Throughput(L.Callback):
     started, GPU only, else None), ``start_memory_gib`` (``memory_allocated`` then: the weights)
     and ``timed_steps``.
 
-    Tokens per step are counted from the batch (``inputs.numel()``).
+    Tokens per step are counted from the batch, over every process (``inputs.numel()`` x
+    ``trainer.world_size``: under DDP each rank takes an equal share); peak memory is this
+    process's GPU (rank 0's in ``metrics.json``).
 
     Args:
         warmup_steps: leading steps left out of the medians.
@@ -79,7 +81,7 @@ class Throughput(L.Callback):
         self._sync(pl_module)
         seconds = time.perf_counter() - self._start
         self._times.append(seconds)
-        self.tokens_per_step = batch[0].numel()
+        self.tokens_per_step = batch[0].numel() * trainer.world_size
         metrics = {
             "perf/step_time_ms": 1e3 * seconds,
             "perf/tokens_per_s": self.tokens_per_step / seconds,
