@@ -30,9 +30,10 @@ run() {  # run NAME LIMIT OVERRIDES...: one sweep into $scratch/NAME, its verdic
   cp "$scratch/$name"/*.json "$scratch/$name"/*.png "$out/$name/" 2> /dev/null
   grep -A6 "^group" "$out/$name.log" | cut -c1-200
 }
+# dataset.n_test=2: every rank needs a test sequence (llama_h200 has 1); both runs test on the same 2.
 run x2 ${LIMIT_X2:-200} experiment=llama_h200 norm=hf,triton trainer=ddp trainer.devices=2 \
-  dataset.batch_size=1
-run x1 ${LIMIT_X1:-120} experiment=llama_h200 norm=hf,triton
+  dataset.batch_size=1 dataset.n_test=2
+run x1 ${LIMIT_X1:-120} experiment=llama_h200 norm=hf,triton dataset.n_test=2
 "$py" -m rmsnorm_kernel.cli equivalence "$scratch/x2" "$scratch/x1" experiment=llama_h200 \
   --out "$out/llama_ddp_x2.json" 2>&1 | tee "$out/equivalence.txt"
 if [ -n "${CHECK_BF16_TRUE:-}" ]; then

@@ -48,18 +48,28 @@ MAX_FUSED_N_BWD = 16384
 BWD_TILE = 4096
 #: Warps of a column tile: 16 and 32 measured equal (645 us), 4 slower (727 us) at N >= 32768.
 BWD_TILE_WARPS = 16
-#: Software pipelining of the backward row loop (tl.range num_stages): 2 stages were slower than
-#: none (8192 columns 159.5 vs 135.8 us, 16384: 198.4 vs 154.9), so latency is hidden by programs
-#: in flight instead.
+#: Software pipelining of the backward row loop (tl.range num_stages), by row block. Measured at
+#: 4096 columns (bf16, CUDA-graph replay, 2 programs per SM): 3 stages 35.8 us vs 40.4 with none
+#: at 4096 rows, 120.0 vs 134.7 at 16384 rows; 2 stages were slower than 3 (42.6, 141.8), and
+#: earlier slower than none at 8192/16384 columns (159.5 vs 135.8 us, 198.4 vs 154.9), so other
+#: blocks keep none. Only from BWD_PIPELINE_MIN_ROWS rows per program (shorter loops, small M,
+#: were measured without pipelining only), and not for float64 math.
 BWD_STAGES = 1
+BWD_PIPELINE = {4096: 3}
+BWD_PIPELINE_MIN_ROWS = 16
 #: Backward persistent grid: programs per SM, by row block. Short rows need more programs in
 #: flight to keep memory busy: 8 per SM at 1024 columns took 456 us vs 948 us with 2 (the previous
-#: kernel, ~1.5 GB moved), and 4 was best at 2048. For the current kernel: 3 at 4096 columns (8
-#: warps) 130.2 us vs 141.1 with 2; 1 at 8192 (16 warps) 144.1 vs 149.0 with 2; 1 at 16384 (16
-#: warps) 135.3 vs 147.1 with 2. (These came from a sweep whose cached configs were not cleared
-#: between values; re-measure through explicit configs before trusting them further.)
+#: kernel, ~1.5 GB moved), and 4 was best at 2048. At 4096 columns, through explicit configs
+#: (tune.py part bwdq, graph replay, 2026-11-30): 2 per SM with 3 stages 35.8 / 120.0 us at
+#: 4096 / 16384 rows, against 47.1 / 123.0 with 3 per SM and none (no other count came closer).
+#: 1 at 8192 (16 warps) 144.1 vs 149.0 with 2; 1 at 16384 (16 warps) 135.3 vs 147.1 with 2 (those
+#: two from a sweep whose cached configs were not cleared between values: re-measure them).
 #: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
-PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 3}  # wider blocks: 1; narrower: 8
+PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 2}  # wider blocks: 1; narrower: 8
+#: Small M with the sum finish: at least this many rows per program, so the float64 partials
+#: (programs x N x 8 bytes) stay below the data read. 256 x 4096 bf16: 128 programs 8.4 us, 64
+#: 8.5; 1024 rows: 264 programs 14.7 us, 512 24.4.
+MIN_ROWS_PER_PROGRAM = 2
 #: Programs in the interpreter (no SMs there): small, so CPU tests still cover several partials
 #: and an odd-sized dweight tree (a node without a sibling).
 INTERPRETER_PROGRAMS = 5
@@ -67,16 +77,18 @@ INTERPRETER_PROGRAMS = 5
 #: M because the grid is persistent.
 DW_SCRATCH_BYTES = 64 << 20
 #: dweight finish: in the backward launch over a fixed tree (one launch: less host time, and no
-#: launch gap) up to this many elements (M * N), or for rows up to TREE_ALWAYS_N wide; otherwise a
-#: second launch sums the partials (dweight_sum_kernel). The tree's last program climbs
-#: ~log2(programs) levels one after another (an atomic and an L2 round trip each), each level
-#: moving N partials: the tree took 135.8 us at 1024 columns vs 157.7 us with the sum launch, but
-#: 159.5 vs 141.2 at 4096 and 194.1 vs 148.9 at 8192. Small problems (latency-bound, a program
-#: often owns one row) also accumulate their rows in float64: each term exact up to rstd's
-#: rounding; large ones accumulate rows in float32 (float64 costs ~1.5x the registers of the row
-#: loop: 126 vs 80 at 4096 columns, 8 warps), and every finish adds partials in float64.
-TREE_MAX_ELEMS = 1 << 22
+#: launch gap) for rows up to TREE_ALWAYS_N wide; otherwise a second launch sums the partials
+#: (dweight_sum_kernel). The tree's last program climbs ~log2(programs) levels one after another
+#: (an atomic and an L2 round trip each), each level moving N partials: at 1024 columns it took
+#: 135.8 us vs 157.7 with the sum launch (65536 rows: 131.1 vs 150.6 best sum, 2026-11-30), but
+#: at 4096 columns the sum launch wins at every M measured (graph replay, bf16): 256 rows 8.4 vs
+#: 29.5 us, 1024 rows 14.7 vs 35.9, 2048 rows 26.8 vs 32.9 (the tree's tail is ~20 us there).
+#: Problems up to F64_ROWS_MAX_ELEMS elements (latency-bound, a program often owns few rows)
+#: accumulate their rows in float64: each term exact up to rstd's rounding; larger ones
+#: accumulate rows in float32 (float64 costs ~1.5x the registers of the row loop: 126 vs 80 at
+#: 4096 columns, 8 warps), and every finish adds partials in float64.
 TREE_ALWAYS_N = 1024
+F64_ROWS_MAX_ELEMS = 1 << 22
 
 #: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
 ROW_DOT_BLOCK = 8192
@@ -239,11 +251,20 @@ def backward_config(
     else:
         per_sm = programs_per_sm(block) if per_sm is None else per_sm
         groups = max(1, sm_count(device_index) * per_sm // tiles)
+    tree = n <= TREE_ALWAYS_N
     budget = max(1, DW_SCRATCH_BYTES // (n * 8))  # float64 partials
-    groups = max(1, min(m, groups, budget))
+    rows_cap = m if tree else max(1, m // MIN_ROWS_PER_PROGRAM)
+    groups = max(1, min(rows_cap, groups, budget))
     rows_per_program = triton.cdiv(m, groups)
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
     warps = _bwd_warps(block) if one_tile else BWD_TILE_WARPS
-    tree = m * n <= TREE_MAX_ELEMS or n <= TREE_ALWAYS_N
+    stages = BWD_STAGES
+    # Not for float64 rows: 3 stages of two 4096-wide float64 rows would ask for ~192 KiB of
+    # shared memory (over the H200's 227 KiB with the kernel's own); measured on bf16 only.
+    if one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
+        stages = BWD_PIPELINE.get(block, BWD_STAGES)
+    dw_float64 = tree or float64 or m * n <= F64_ROWS_MAX_ELEMS
     # Fields in order: block, one_tile, groups, rows_per_program, num_warps, tree, dw_float64.
-    return BackwardConfig(block, one_tile, groups, rows_per_program, warps, tree, tree or float64)
+    return BackwardConfig(
+        block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages
+    )

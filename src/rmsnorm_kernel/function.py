@@ -216,7 +216,8 @@ def rmsnorm(
         rounding: ``"torch"`` (``F.rms_norm``: ``x * r * w`` in float32, rounded once to
             ``x.dtype``) or ``"llama"`` (Hugging Face's ``LlamaRMSNorm``: ``x * r`` rounded to
             ``x.dtype``, then times ``w`` in ``promote_types(w.dtype, x.dtype)``, the output
-            dtype). Both are one forward launch and one backward launch.
+            dtype). Both are one forward launch; the backward is one launch (dweight
+            finished in it, rows up to 1024 wide) or two (a fixed-order dweight sum after it).
 
     Returns:
         ``y`` (``[..., N]``; dtype ``x.dtype``, or the promoted dtype with ``rounding="llama"``),

@@ -31,6 +31,7 @@ from rmsnorm_kernel.experiment.core.callbacks import CheckFailed
 from rmsnorm_kernel.experiment.core.data import ResumableBatches
 from rmsnorm_kernel.experiment.core.processes import processes_to_start
 from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.experiment.core.settings import SettingsError
 from rmsnorm_kernel.paths import config_dir
 
 # The tolerances (float32 reduction order only) are fixed in conf/compare/default.yaml
@@ -84,6 +85,18 @@ def test_ranks_split_each_step_batch_without_overlap():
 def test_cpu_ddp_needs_a_process_count_before_any_output(tmp_path):
     cfg = compose_cfg(["trainer=ddp", "trainer.accelerator=cpu"], tmp_path)
     with pytest.raises(ValueError, match="trainer.devices"):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("split", ["n_val", "n_test"])
+def test_ddp_needs_a_sample_per_rank_in_each_eval_split_before_any_output(split, tmp_path):
+    # One test sequence on 2 GPUs failed in one rank's sampler and hung the other in NCCL.
+    cfg = compose_cfg(
+        ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=3", f"dataset.{split}=2"],
+        tmp_path,
+    )
+    with pytest.raises(SettingsError, match=rf"dataset.{split} must be >= the number of processes"):
         train(cfg)
     assert not (tmp_path / "run").exists()
 

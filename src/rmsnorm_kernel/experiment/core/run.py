@@ -32,7 +32,7 @@ from .identity import (
     run_label,
 )
 from .processes import processes_to_start, spawn, stop_on_request
-from .settings import check_train_config
+from .settings import SettingsError, check_train_config
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,20 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
+def _check_shards(cfg: DictConfig, world: int) -> None:
+    """Under DDP every rank evaluates its own share of the val and test splits; Lightning's
+    sampler needs at least one sequence per rank (it fails in one rank, which hung NCCL ranks)."""
+    if world < 2:
+        return
+    for key in ("n_val", "n_test"):
+        n = cfg.dataset.get(key)
+        if isinstance(n, int) and n < world:
+            raise SettingsError(
+                f"dataset.{key} must be >= the number of processes ({world}) under DDP: every "
+                f"rank evaluates at least one sample (got {n})"
+            )
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, check and test one run; return its metrics (also written to ``metrics.json``).
 
@@ -236,6 +250,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # unwritable checkpoint dir fails now, not after hours of training).
     check_train_config(cfg)
     nprocs = processes_to_start(cfg.trainer)  # a bad device request fails before any output
+    _check_shards(cfg, nprocs)
     start = time.perf_counter()
     _fill_identity(cfg)
     resumed = _resolve_resume(cfg)  # another branch's or config's last.ckpt: refused here
