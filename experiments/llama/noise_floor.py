@@ -1,13 +1,15 @@
 """The LM criterion's noise floor: how far two correct runs' losses drift apart on this machine.
 
-    python experiments/llama/noise_floor.py --a SWEEP_A --b SWEEP_B [--check SWEEP ...] --out F
+    python experiments/llama/noise_floor.py --sweeps SWEEP [SWEEP ...] [--check SWEEP ...] --out F
 
-``SWEEP_A`` holds ``norm=hf`` and ``norm=torch`` runs, ``SWEEP_B`` the same ``norm=hf`` runs
-again (same seed, data and initial weights; ``trainer.deterministic=false``), for one or more
-settings (e.g. ``experiment`` x ``trainer.precision``). Per setting it measures
+Each ``SWEEP`` holds ``norm=hf`` runs and possibly ``norm=torch`` runs, all of the same seed,
+data and initial weights (``trainer.deterministic=false``), for one or more settings (e.g.
+``experiment`` x ``trainer.precision``). Per setting, over every pair it can form:
 
-- hf vs hf: max |delta train/loss| over the steps, and |delta test/loss| (nondeterminism alone);
-- torch vs hf: the same (a correct norm with another rounding order);
+- hf vs hf (two sweeps' hf runs): max |delta train/loss| over the steps, and |delta test/loss|
+  (nondeterminism alone);
+- torch vs hf (each torch run against each hf run): the same (a correct norm, another rounding
+  order);
 
 floor = the larger of the two; limit = FACTOR x floor (conf/compare/lm.yaml's rule). With
 ``--check``, every branch of those sweeps other than hf is judged against its setting's limits
@@ -51,26 +53,36 @@ def deltas(run, base) -> dict[str, float]:
     }
 
 
+def pairs_max(pairs) -> dict[str, float]:
+    """Component-wise max of ``deltas`` over ``(run, base)`` pairs (at least one)."""
+    found = [deltas(run, base) for run, base in pairs]
+    worst = {k: max(d[k] for d in found) for k in ("curve", "metric", "steps")}
+    return worst | {"pairs": len(found)}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--a", type=Path, required=True, help="sweep with norm=hf,torch")
-    p.add_argument("--b", type=Path, required=True, help="sweep with norm=hf again")
+    p.add_argument("--sweeps", type=Path, nargs="+", required=True, help="hf (and torch) sweeps")
     p.add_argument("--check", type=Path, nargs="*", default=[], help="sweeps to judge")
     p.add_argument("--factor", type=float, default=2.0)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    a, b = by_setting(args.a), by_setting(args.b)
+    sweeps = [by_setting(s) for s in args.sweeps]
     checks = [by_setting(s) for s in args.check]
     rows, failures = [], []
-    for key in sorted(a):
-        hf_a, torch_a, hf_b = a[key].get("hf"), a[key].get("torch"), b.get(key, {}).get("hf")
-        if hf_a is None or torch_a is None or hf_b is None:
-            raise SystemExit(f"setting {dict(key)}: needs hf and torch in --a and hf in --b")
-        hf_hf, torch_hf = deltas(hf_b, hf_a), deltas(torch_a, hf_a)
+    for key in sorted({k for s in sweeps for k in s}):
+        hf = [s[key]["hf"] for s in sweeps if "hf" in s.get(key, {})]
+        torch_runs = [s[key]["torch"] for s in sweeps if "torch" in s.get(key, {})]
+        if len(hf) < 2 or not torch_runs:
+            raise SystemExit(f"setting {dict(key)}: needs hf in 2+ sweeps and torch in one")
+        hf_hf = pairs_max((a, b) for i, a in enumerate(hf) for b in hf[i + 1 :])
+        torch_hf = pairs_max((t, h) for t in torch_runs for h in hf)
         floor = {k: max(hf_hf[k], torch_hf[k]) for k in ("curve", "metric")}
         limit = {k: args.factor * v for k, v in floor.items()}
         row = {
             "setting": dict(key),
+            "hf_runs": len(hf),
+            "torch_runs": len(torch_runs),
             "hf_vs_hf": hf_hf,
             "torch_vs_hf": torch_hf,
             "floor": floor,

@@ -224,3 +224,39 @@ def test_equivalence_tolerances_come_from_the_compare_config(trained_pair, tmp_p
     assert cli(["equivalence", str(ddp), str(single), "--config-dir", str(conf)]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAILED (tolerances")
     assert cli(["equivalence", str(ddp), str(single), "compare.equivalence.metric_abs=-1"]) == 2
+
+
+def _save_compare(run_dir: Path, compare: dict) -> None:
+    """What Hydra saves with a run: its config, here only the compare section."""
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    OmegaConf.save(OmegaConf.create({"compare": compare}), run_dir / ".hydra" / "config.yaml")
+
+
+def test_each_group_is_judged_with_its_runs_own_compare_config(trained_pair, tmp_path, settings):
+    """A sweep over experiments (``experiment=a,b``): the sweep-level config is the default
+    experiment's (here naming a baseline no run has); each group is judged with the compare
+    section its runs were configured with, and records the tolerances it used."""
+    runs = []
+    for exp, tol in (("a", settings["delta_metric_tolerance"]), ("b", 0.5)):
+        for norm in ("reference", "triton"):
+            run = _clone(
+                Path(trained_pair[norm]["output_dir"]), tmp_path / f"{exp}_{norm}", experiment=exp
+            )
+            _save_compare(run, dict(settings, delta_metric_tolerance=tol))
+            runs.append(run)
+    sweep_level = dict(settings, baseline="hf")
+    with pytest.raises(ComparisonError, match="no baseline branch 'hf'"):
+        compare_runs(runs, tmp_path / "out0", sweep_level)
+    result = compare_runs(runs, tmp_path / "out1", sweep_level, per_run=True)
+    assert result["passed"] and [g["overrides"] for g in result["groups"]] == [
+        {"experiment": "a"},
+        {"experiment": "b"},
+    ]
+    assert [g["tolerances"]["delta_metric"] for g in result["groups"]] == [
+        settings["delta_metric_tolerance"],
+        0.5,
+    ]
+    # Runs of one group configured differently cannot be judged together.
+    _save_compare(runs[1], dict(settings, delta_metric_tolerance=0.25))
+    with pytest.raises(ComparisonError, match="different compare sections"):
+        compare_runs(runs, tmp_path / "out2", sweep_level, per_run=True)

@@ -8,8 +8,9 @@
     beyond a tolerance or the sweeps cannot be paired.
 ``compare SWEEP_DIR [overrides...]``
     the end-of-sweep comparison of a finished sweep again (tables, comparison.json,
-    lm_comparison.json with the throughput check), with the compare config the sweep ran with
-    (its ``multirun.yaml``) plus ``compare.*`` overrides. Exit 1 when a check fails.
+    lm_comparison.json with the throughput check), each group with the compare config its runs
+    ran with (their saved Hydra config; else the sweep's ``multirun.yaml``) plus ``compare.*``
+    overrides. Exit 1 when a check fails.
 
 A bad override or tolerance stops the command with exit code 2 before it reads any run.
 """
@@ -70,13 +71,21 @@ def saved_compare_config(sweep_dir: Path, overrides: Sequence[str]) -> dict:
     saved = Path(sweep_dir) / "multirun.yaml"
     if not saved.is_file():
         raise ConfigError(f"{saved}: not found (not a finished multirun sweep dir)")
-    compare = OmegaConf.load(saved).compare
+    compare = OmegaConf.to_container(OmegaConf.load(saved).compare, resolve=True)
+    return apply_compare_overrides(compare, overrides)
+
+
+def apply_compare_overrides(compare: dict, overrides: Sequence[str]) -> dict:
+    """``compare`` (a plain dict) with ``compare.key=value`` overrides applied."""
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.create(compare)
     for override in overrides:
         key, sep, value = override.partition("=")
-        if not sep or not key.startswith("compare.") or OmegaConf.select(compare, key[8:]) is None:
+        if not sep or not key.startswith("compare.") or OmegaConf.select(conf, key[8:]) is None:
             raise ConfigError(f"override {override!r} must be compare.<existing key>=value")
-        OmegaConf.update(compare, key[8:], _value(value))
-    return OmegaConf.to_container(compare, resolve=True)
+        OmegaConf.update(conf, key[8:], _value(value))
+    return OmegaConf.to_container(conf, resolve=True)
 
 
 def _value(text: str):
@@ -108,7 +117,13 @@ def run(args: argparse.Namespace, console) -> int:
                 args.out.write_text(json.dumps(result, indent=2) + "\n")
         else:
             settings = saved_compare_config(args.sweep_dir, args.overrides)
-            result = compare_runs(find_runs(args.sweep_dir), args.sweep_dir, settings)
+            result = compare_runs(
+                find_runs(args.sweep_dir),
+                args.sweep_dir,
+                settings,
+                per_run=True,  # each group by its runs' own config, as at the sweep's end
+                adjust=lambda c: apply_compare_overrides(c, args.overrides),
+            )
             print(format_result(result))
     except (ConfigError, SettingsError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)

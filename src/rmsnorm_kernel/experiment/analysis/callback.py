@@ -43,7 +43,8 @@ class CompareOnMultirunEnd(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         settings = OmegaConf.to_container(config.get("compare") or {}, resolve=True)
         try:
-            result = compare_runs(find_runs(sweep_dir), sweep_dir, settings)
+            # per_run: each group by its runs' own compare config (a sweep over experiments).
+            result = compare_runs(find_runs(sweep_dir), sweep_dir, settings, per_run=True)
         except Exception as e:  # noqa: BLE001 - any failure to compare fails the sweep
             print(f"comparison failed for {sweep_dir}: {type(e).__name__}: {e}", file=sys.stderr)
             raise SystemExit(1) from e

@@ -72,6 +72,20 @@ def read_curves(log_dir: Path) -> dict[str, tuple[list[int], list[float]]]:
     return curves
 
 
+def saved_compare(run_dir: Path) -> dict[str, Any] | None:
+    """The ``compare`` section the run was configured with (its Hydra ``.hydra/config.yaml``,
+    resolved), or None when the run has no saved config (a run made by ``train(cfg)``)."""
+    from omegaconf import OmegaConf
+
+    path = Path(run_dir) / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    cfg = OmegaConf.load(path)
+    if "compare" not in cfg:
+        return None
+    return OmegaConf.to_container(cfg.compare, resolve=True)
+
+
 def load_run(run_dir: Path) -> Run:
     """The run in ``run_dir``; its curves come from the log dir ``metrics.json`` names."""
     run_dir = Path(run_dir)

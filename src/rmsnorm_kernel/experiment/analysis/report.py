@@ -24,12 +24,12 @@ does): the speed and memory view of the same checks::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .checks import PERF, compare_group, describe, group_runs, summarize, swept_keys
-from .load import ComparisonError, load_run
+from .load import ComparisonError, Run, load_run, saved_compare
 from .plots import plot_curves
 from .tolerances import compare_settings
 
@@ -41,22 +41,53 @@ LM_KEYS = (*PERF, "device", "speed_ratio", "memory_ratio")
 LM_CURVE_KEYS = ("max_curve_delta", "curve_steps", "curve_passed")
 
 
+def _group_settings(
+    overrides: dict[str, str],
+    branches: dict[str, Run],
+    settings: Mapping[str, Any],
+    adjust: Callable[[dict], dict] | None,
+) -> dict[str, Any]:
+    """The compare config of one group: its runs' own (saved with each run), which must agree,
+    else ``settings``; ``adjust`` (command-line overrides) applied on top; checked."""
+    saved = {name: saved_compare(run.dir) for name, run in branches.items()}
+    known = [c for c in saved.values() if c is not None]
+    if any(c != known[0] for c in known[1:]):
+        differ = sorted(n for n, c in saved.items() if c != known[0])
+        raise ComparisonError(
+            f"group {describe(overrides)}: its runs were configured with different compare "
+            f"sections ({differ} differ from the others); compare them in separate sweeps"
+        )
+    chosen = dict(known[0]) if known else dict(settings)
+    return compare_settings(adjust(chosen) if adjust else chosen)
+
+
 def compare_runs(
-    run_dirs: Sequence[Path], out_dir: Path, settings: Mapping[str, Any]
+    run_dirs: Sequence[Path],
+    out_dir: Path,
+    settings: Mapping[str, Any],
+    per_run: bool = False,
+    adjust: Callable[[dict], dict] | None = None,
 ) -> dict[str, Any]:
     """Run the configured checks on every group; write the JSON file(s) and the PNG to ``out_dir``.
 
-    ``settings`` is the ``compare`` config (checked first). Returns the comparison (with
-    ``result["lm"]``, the content of ``lm_comparison.json``, when the throughput check ran);
-    ``result["passed"]`` is False when any check fails. Raises :class:`ComparisonError` when
-    there is nothing to compare or a group has no baseline run.
+    ``settings`` is the ``compare`` config (checked first). With ``per_run``, each group is
+    judged with the compare config its runs were configured with (their saved Hydra config: a
+    sweep over ``experiment=a,b`` judges each experiment by its own baseline and tolerances;
+    ``settings`` only where a run saved none), ``adjust`` applied to it. Returns the comparison
+    (with ``result["lm"]``, the content of ``lm_comparison.json``, when the throughput check
+    ran); ``result["passed"]`` is False when any check fails. Raises :class:`ComparisonError`
+    when there is nothing to compare or a group has no baseline run.
     """
     settings = compare_settings(settings)
     if not run_dirs:
         raise ComparisonError("no finished runs (no */metrics.json) to compare")
     runs = [load_run(Path(d)) for d in run_dirs]
     groups = group_runs(runs)
-    results = [compare_group(o, b, settings) for o, b in groups]
+    judged = [_group_settings(o, b, settings, adjust) if per_run else settings for o, b in groups]
+    results = [compare_group(o, b, s) for (o, b), s in zip(groups, judged, strict=True)]
+    for result, s in zip(results, judged, strict=True):
+        result["tolerances"] = _tolerances(s)
+    settings = judged[0]  # the table, PNG and top-level fields: the first group's
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_curves(groups, settings, out_dir / CURVES_FILE)
@@ -66,17 +97,11 @@ def compare_runs(
         for c in g["checks"]
         if not c["passed"]
     ]
-    tolerances = {
-        "delta_metric": settings["delta_metric_tolerance"],
-        "initial_error": settings["initial_error_tolerance"],
-    }
-    if "curve" in settings["checks"]:
-        tolerances["curve"] = settings["curve_tolerance"]
     result = {
         "baseline": settings["baseline"],
         "metric": settings["metric"],
         "curve": settings["curve"],
-        "tolerances": tolerances,
+        "tolerances": _tolerances(settings),
         "swept": swept_keys(runs),
         "groups": results,
         "summary": summarize(results, settings),
@@ -93,8 +118,20 @@ def compare_runs(
     return result
 
 
+def _tolerances(settings: dict[str, Any]) -> dict[str, float]:
+    tolerances = {
+        "delta_metric": settings["delta_metric_tolerance"],
+        "initial_error": settings["initial_error_tolerance"],
+    }
+    if "curve" in settings["checks"]:
+        tolerances["curve"] = settings["curve_tolerance"]
+    return tolerances
+
+
 def lm_report(groups: list[dict[str, Any]], settings: dict[str, Any], path: Path) -> dict:
-    """The speed, memory and curve view of judged groups (the content of lm_comparison.json)."""
+    """The speed, memory and curve view of judged groups (the content of lm_comparison.json).
+    Each group carries the curve tolerance it was judged with (groups of a sweep over
+    experiments may differ); the top-level one is the first group's."""
     curve, tol = settings["curve"], settings.get("curve_tolerance")
     out = []
     for group in groups:
@@ -102,9 +139,13 @@ def lm_report(groups: list[dict[str, Any]], settings: dict[str, Any], path: Path
             name: {k: b[k] for k in (*LM_KEYS, *LM_CURVE_KEYS) if k in b}
             for name, b in group["branches"].items()
         }
-        out.append({"overrides": group["overrides"], "branches": branches})
+        group_tol = group.get("tolerances", {}).get("curve", tol)
+        out.append(
+            {"overrides": group["overrides"], "curve_tolerance": group_tol, "branches": branches}
+        )
     failed = [
-        f"{describe(g['overrides'])} {n}: max |delta {curve}| {b['max_curve_delta']:.3g} > {tol}"
+        f"{describe(g['overrides'])} {n}: max |delta {curve}| {b['max_curve_delta']:.3g} "
+        f"> {g['curve_tolerance']}"
         for g in out
         for n, b in g["branches"].items()
         if b.get("curve_passed") is False
