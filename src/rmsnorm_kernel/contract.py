@@ -95,13 +95,13 @@ _DTYPE_SET = frozenset(SUPPORTED_DTYPES)
 _COMPILED = BACKEND == "cuda"
 
 
-def _common_case_ok(x, weight, eps, offset, residual) -> bool:
+def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
     """True for the common valid call, decided with a few cheap attribute reads: a supported
-    tensor on the kernels' device, a matching weight or none, float eps > 0, float offset, no
-    residual. Anything else (valid or not) goes through the full checks and their messages."""
+    tensor on the kernels' device, a matching weight or none, float eps > 0, float offset, a
+    residual like x or none, either rounding (Llama's with a float64 weight only for float64 x).
+    Anything else (valid or not) goes through the full checks and their messages."""
     if (
-        residual is not None
-        or type(eps) is not float
+        type(eps) is not float
         or not 0.0 < eps <= FLOAT32_MAX
         or type(offset) is not float
         or not -FLOAT32_MAX <= offset <= FLOAT32_MAX
@@ -110,6 +110,13 @@ def _common_case_ok(x, weight, eps, offset, residual) -> bool:
         or x.dim() < 1
         or not 1 <= x.shape[-1] <= MAX_N
         or not (x.is_cuda if _COMPILED else x.is_cpu)
+    ):
+        return False
+    if residual is not None and not (
+        type(residual) is torch.Tensor
+        and residual.dtype == x.dtype
+        and residual.shape == x.shape
+        and residual.device == x.device
     ):
         return False
     if weight is None:
@@ -122,6 +129,7 @@ def _common_case_ok(x, weight, eps, offset, residual) -> bool:
         and (
             weight.is_cuda and weight.get_device() == x.get_device() if _COMPILED else weight.is_cpu
         )
+        and not (rounding == "llama" and weight.dtype == torch.float64 and x.dtype != torch.float64)
     )
 
 
@@ -135,7 +143,9 @@ def check_contract(
     rounding: str = "torch",
 ) -> None:
     """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on."""
-    if rounding == "torch" and _common_case_ok(x, weight, eps, offset, residual):
+    if (rounding == "torch" or rounding == "llama") and _common_case_ok(
+        x, weight, eps, offset, residual, rounding
+    ):
         return
     if not isinstance(rounding, str) or rounding not in ROUNDINGS:
         raise ContractValueError(f"rounding must be one of {ROUNDINGS} (got {rounding!r})")

@@ -136,3 +136,39 @@ def test_module_checks_normalized_shape(device):
     norm = rk.RMSNorm(8, device=device)
     with pytest.raises(ValueError, match="normalized_shape"):
         norm(_x(device, 2, 7))
+
+
+def test_the_fast_path_accepts_only_what_the_full_checks_accept(monkeypatch):
+    """``check_contract`` returns early for the common valid call (host time); every call it
+    lets through that way must pass the full checks too, and the common Llama and fused-residual
+    calls must take it."""
+    from rmsnorm_kernel import contract
+
+    n = 8
+    xs = [torch.randn(2, n, dtype=d) for d in (torch.float16, torch.float32, torch.float64)]
+    weights = [None, [1.0] * n, torch.ones(n + 1)]
+    weights += [torch.ones(n, dtype=d) for d in (torch.bfloat16, torch.float32, torch.float64)]
+    taken = set()
+    for x in xs:
+        residuals = [None, torch.randn_like(x), torch.randn(2, n + 1, dtype=x.dtype)]
+        other = torch.float32 if x.dtype != torch.float32 else torch.float64
+        residuals.append(torch.randn(2, n, dtype=other))
+        for w in weights:
+            for r in residuals:
+                for rounding in ("torch", "llama", "other"):
+                    for offset in (0.0, 1.0):
+                        # check_contract consults the fast path for the two roundings only.
+                        fast = rounding in ("torch", "llama") and contract._common_case_ok(
+                            x, w, 1e-6, offset, r, rounding
+                        )
+                        if not fast:
+                            continue
+                        taken.add((x.dtype, None if w is None else str(w.dtype), rounding))
+                        with monkeypatch.context() as m:
+                            m.setattr(contract, "_common_case_ok", lambda *a: False)
+                            contract.check_contract(
+                                x, w, 1e-6, offset=offset, residual=r, rounding=rounding
+                            )
+    assert (torch.float16, "torch.float32", "llama") in taken
+    assert (torch.float64, "torch.float64", "llama") in taken
+    assert (torch.float16, "torch.float64", "llama") not in taken  # refused by the full checks
