@@ -9,7 +9,7 @@ Parts:
          accumulation, and the previous two-launch backward (previous_backward.py).
 - peers: the issue's shapes in graph mode (CUDA-graph replay: kernel time only), ours beside
          F.rms_norm and Liger when importable; GB/s = bytes moved / time (fwd 2MNs, fwd+bwd 5MNs).
-- small: small M (256-2048 rows x 4096, bf16) in graph mode: backward alone over explicit
+- small: small M (SMALL: 128-2048 rows x 257-4096) in graph mode: backward alone over explicit
          grids (row groups x tree or sum finish x warps), beside fwd+bwd of ours, F.rms_norm, Liger.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
@@ -226,7 +226,7 @@ def _bwd_record(rows, part, m, n, name, cfg, inputs):
         us = graph_us(fn)
         r.update(
             us=us,
-            GBps=3 * m * n * 2 / us / 1e3,
+            GBps=3 * m * n * x.element_size() / us / 1e3,
             dw_rel_err=((dw.double() - ref).abs().max() / ref.abs().max()).item(),
         )
     except Exception as e:  # noqa: BLE001 - keep sweeping, record why
@@ -257,12 +257,24 @@ def _peers_graph(rows, part, m, n, dtype=torch.bfloat16):
         print(json.dumps(r), flush=True)
 
 
+#: Small-M shapes of part small: (M, N, dtype). 4096 columns measured on 2026-11-30 (the sum
+#: finish won); the narrow ones decide whether the in-launch tree should stay below 1024 columns
+#: at small M too (128 x 257 fp32 was 12.45 us fwd+bwd with the old two-launch backward).
+SMALL = [
+    (256, 4096, torch.bfloat16),
+    (1024, 4096, torch.bfloat16),
+    (2048, 4096, torch.bfloat16),
+    (128, 257, torch.float32),
+    (256, 1024, torch.bfloat16),
+    (1024, 1024, torch.bfloat16),
+]
+
+
 def part_small(rows):
     """Small M: the persistent grid's partials and the tree's sequential tail dominate."""
-    n = 4096
-    for m in (256, 1024, 2048):
-        _peers_graph(rows, "small", m, n)
-        inputs = _bwd_inputs(m, n)
+    for m, n, dtype in SMALL:
+        _peers_graph(rows, "small", m, n, dtype)
+        inputs = _bwd_inputs(m, n, dtype)
         base = backward_config(m, n, 0)
         _bwd_record(rows, "small", m, n, "default", base, inputs)
         for groups in (8, 16, 32, 64, 128, 264, 512):
@@ -273,9 +285,8 @@ def part_small(rows):
                     cfg = dataclasses.replace(
                         _grid(m, n, groups, base), tree=tree, dw_float64=True, num_warps=warps
                     )
-                    _bwd_record(
-                        rows, "small", m, n, f"g={groups} tree={tree} w={warps}", cfg, inputs
-                    )
+                    name = f"g={groups} tree={tree} w={warps}"
+                    _bwd_record(rows, "small", m, n, name, cfg, inputs)
         del inputs
 
 
