@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 import time
 
@@ -93,44 +94,56 @@ def variants():
                 else:
                     args = (x, x, w, x, x, rstd, n, n, sw, n, *floats, *consts, fwd.block >= n)
                     yield f"fwd {name}", kernels.rmsnorm_forward_kernel, args, fwd.num_warps
-            bwd = config.backward_config(m, n, 0, acc == torch.float64)
-            tiles, groups = bwd.tiles_for(n), bwd.groups
-            if not bwd.one_tile:
-                args = (x, x, w, rstd, n, n, 1, n, 0.0, 0.0, True, DT[acc], config.ROW_DOT_BLOCK)
-                yield (
-                    f"row_dot {dtype} N={n}",
-                    kernels.rmsnorm_row_dot_kernel,
-                    args,
-                    config.ROW_DOT_WARPS,
-                )
-            part64 = t(groups, n, dtype=torch.float64)
-            sum_args = (part64, t(n, dtype=w_dtype), groups, n)
-            sum_args += (config.SUM_BLOCK_G, config.SUM_BLOCK_N)
-            yield f"dw_sum {w_dtype} N={n}", kernels.dweight_sum_kernel, sum_args, 4
-            for has_w, has_dh, dw64, tree, llama in itertools.product(
-                (True, False), (True, False), (True, False), (True, False), (False, True)
-            ):
-                dw_acc = torch.float64 if dw64 or acc == torch.float64 else torch.float32
-                part = t(groups, n, dtype=torch.float64)
-                cnt = t(tiles * groups, dtype=torch.int32)
-                dwt = t(n, dtype=w_dtype)
-                rpp = bwd.rows_per_program
-                args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
-                consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
-                consts += (bwd.stages, tree)
-                yield (
-                    f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
-                    f"llama={llama} N={n}",
-                    kernels.rmsnorm_backward_kernel,
-                    args + consts,
-                    bwd.num_warps,
-                )
+            yield from _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd)
+            if n == 4096:  # large M: the pipelined config (BWD_PIPELINE) at this width
+                big = 16384
+                xb, rb = t(big, n, dtype=dtype), t(big, dtype=acc)
+                yield from _backward_variants(dtype, w_dtype, acc, n, big, xb, w, rb)
+
+
+def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
+    """The backward launches of the heuristic's config for (m, n), every flag combination."""
+    bwd = config.backward_config(m, n, 0, acc == torch.float64)
+    tiles, groups = bwd.tiles_for(n), bwd.groups
+    if not bwd.one_tile:
+        args = (x, x, w, rstd, n, n, 1, n, 0.0, 0.0, True, DT[acc], config.ROW_DOT_BLOCK)
+        yield (
+            f"row_dot {dtype} N={n}",
+            kernels.rmsnorm_row_dot_kernel,
+            args,
+            config.ROW_DOT_WARPS,
+        )
+    part64 = t(groups, n, dtype=torch.float64)
+    sum_args = (part64, t(n, dtype=w_dtype), groups, n)
+    sum_args += (config.SUM_BLOCK_G, config.SUM_BLOCK_N)
+    yield f"dw_sum {w_dtype} N={n}", kernels.dweight_sum_kernel, sum_args, 4
+    for has_w, has_dh, dw64, tree, llama in itertools.product(
+        (True, False), (True, False), (True, False), (True, False), (False, True)
+    ):
+        dw_acc = torch.float64 if dw64 or acc == torch.float64 else torch.float32
+        part = t(groups, n, dtype=torch.float64)
+        cnt = t(tiles * groups, dtype=torch.int32)
+        dwt = t(n, dtype=w_dtype)
+        rpp = bwd.rows_per_program
+        args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
+        consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
+        consts += (bwd.stages, tree)
+        yield (
+            f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
+            f"llama={llama} N={n} M={m} stages={bwd.stages}",
+            kernels.rmsnorm_backward_kernel,
+            args + consts,
+            bwd.num_warps,
+        )
 
 
 def main():
     failures = 0
     t0 = time.time()
+    only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'
     for name, fn, args, warps in variants():
+        if not only.search(name):
+            continue
         try:
             k = compile_one(fn, args, warps)
             print(f"ok   {name}  {resources(k)}", flush=True)
