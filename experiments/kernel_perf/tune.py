@@ -241,18 +241,23 @@ def _grid(m, n, groups, base):
 
 
 def _peers_graph(rows, part, m, n, dtype=torch.bfloat16):
+    """Ours, F.rms_norm and Liger in graph mode: fwd and fwd+bwd us, GB/s (fwd 2MNs, fwd+bwd
+    5MNs bytes). Fresh leaves per implementation: a graph kept alive from eager calls on the
+    same leaves makes the capture fail."""
+    s = torch.finfo(dtype).bits // 8
     for name, f in peer_fns().items():
         x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
         w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
         dy = torch.randn(m, n, device="cuda", dtype=dtype)
-        r = dict(part=part, M=m, N=n, impl=name)
+        r = dict(part=part, M=m, N=n, dtype=str(dtype), impl=name)
         try:
-            r["fwd_us"] = graph_us(lambda: f(x.detach(), w.detach()))  # noqa: B023
-            r["fb_us"] = graph_us(
-                lambda: torch.autograd.grad(f(x, w), (x, w), dy)  # noqa: B023
-            )
+            fwd = graph_us(lambda: f(x.detach(), w.detach()))  # noqa: B023
+            r.update(fwd_us=fwd, fwd_GBps=2 * m * n * s / fwd / 1e3)
+            fb = graph_us(lambda: torch.autograd.grad(f(x, w), (x, w), dy))  # noqa: B023
+            r.update(fb_us=fb, fb_GBps=5 * m * n * s / fb / 1e3)
         except Exception as e:  # noqa: BLE001
             r["error"] = repr(e)[:300]
+            traceback.print_exc()
         rows.append(r)
         print(json.dumps(r), flush=True)
 
@@ -346,28 +351,8 @@ def peer_fns():
 
 
 def part_peers(rows):
-    fns = peer_fns()
     for m, n, dtype in SHAPES:
-        s = torch.finfo(dtype).bits // 8
-        for name, f in fns.items():
-            # Fresh leaves per implementation: a graph kept alive from eager calls on the same
-            # leaves makes the capture fail.
-            x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
-            w = torch.randn(n, device="cuda", dtype=dtype, requires_grad=True)
-            dy = torch.randn(m, n, device="cuda", dtype=dtype)
-            r = dict(part="peers", M=m, N=n, dtype=str(dtype), impl=name)
-            try:
-                fwd = ms_graph(lambda: f(x.detach(), w.detach()))  # noqa: B023
-                r.update(fwd_us=1e3 * fwd, fwd_GBps=2 * m * n * s / fwd / 1e6)
-                x2 = x.detach().clone().requires_grad_()
-                w2 = w.detach().clone().requires_grad_()
-                fb = ms_graph(lambda: torch.autograd.grad(f(x2, w2), (x2, w2), dy))  # noqa: B023
-                r.update(fb_us=1e3 * fb, fb_GBps=5 * m * n * s / fb / 1e6)
-            except Exception as e:  # noqa: BLE001
-                r["error"] = repr(e)[:300]
-                traceback.print_exc()
-            rows.append(r)
-            print(json.dumps(r), flush=True)
+        _peers_graph(rows, "peers", m, n, dtype)
 
 
 def part_acc(rows):
