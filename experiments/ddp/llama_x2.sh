@@ -6,7 +6,9 @@
 # (conf/experiment/llama_h200.yaml, compare.equivalence). Writes OUTDIR/llama_ddp_x2.json
 # (`rmsnorm-cli equivalence`), each sweep's lm_comparison.json (tokens/s over both GPUs, peak
 # memory of GPU 0) and the logs. CHECK_BF16_TRUE=1 adds a one-GPU bf16-true hf/triton sweep at
-# experiment=llama_h200_2048 (the float32 probe under bf16 weights).
+# experiment=llama_h200_2048 (the float32 probe under bf16 weights). LIMITS holds compare
+# overrides for every sweep and the verdict (e.g. the limits of experiments/llama/final_x2.sh's
+# calibration: "compare.curve_tolerance=X compare.delta_metric_tolerance=Y").
 set -u
 out=${1:?usage: llama_x2.sh OUTDIR}
 mkdir -p "$out"
@@ -32,9 +34,9 @@ run() {  # run NAME LIMIT OVERRIDES...: one sweep into $scratch/NAME, its verdic
 }
 # dataset.n_test=2: every rank needs a test sequence (llama_h200 has 1); both runs test on the same 2.
 run x2 ${LIMIT_X2:-200} experiment=llama_h200 norm=hf,triton trainer=ddp trainer.devices=2 \
-  dataset.batch_size=1 dataset.n_test=2
-run x1 ${LIMIT_X1:-120} experiment=llama_h200 norm=hf,triton dataset.n_test=2
-"$py" -m rmsnorm_kernel.cli equivalence "$scratch/x2" "$scratch/x1" experiment=llama_h200 \
+  dataset.batch_size=1 dataset.n_test=2 ${LIMITS:-}
+run x1 ${LIMIT_X1:-120} experiment=llama_h200 norm=hf,triton dataset.n_test=2 ${LIMITS:-}
+"$py" -m rmsnorm_kernel.cli equivalence "$scratch/x2" "$scratch/x1" experiment=llama_h200 ${LIMITS:-} \
   --out "$out/llama_ddp_x2.json" 2>&1 | tee "$out/equivalence.txt"
 if [ -n "${CHECK_BF16_TRUE:-}" ]; then
   CUDA_VISIBLE_DEVICES=0 run bf16_true ${LIMIT_BT:-100} experiment=llama_h200_2048 \

@@ -69,6 +69,8 @@ def main() -> int:
     args = p.parse_args()
     sweeps = [by_setting(s) for s in args.sweeps]
     checks = [by_setting(s) for s in args.check]
+    if not any(sweeps):
+        raise SystemExit(f"no runs found in {[str(s) for s in args.sweeps]}")
     rows, failures = [], []
     for key in sorted({k for s in sweeps for k in s}):
         hf = [s[key]["hf"] for s in sweeps if "hf" in s.get(key, {})]
