@@ -105,13 +105,13 @@ def main() -> int:
         rows.append(row)
     result = {"factor": args.factor, "curve": CURVE, "metric": METRIC, "settings": rows}
     args.out.write_text(json.dumps(result, indent=1))
-    print(f"{'setting':48} {'pair':14} {'max|Δ curve|':>13} {'|Δ test|':>10}")
+    print(f"{'setting':62} {'pair':14} {'max|Δ curve|':>13} {'|Δ test|':>10}")
     for row in rows:
         name = ",".join(f"{k}={v}" for k, v in row["setting"].items())
         pairs = [("hf vs hf", row["hf_vs_hf"]), ("torch vs hf", row["torch_vs_hf"])]
         pairs += [("limit", row["limit"])] + list(row["judged"].items())
         for label, d in pairs:
-            print(f"{name[:48]:48} {label:14} {d['curve']:13.3e} {d['metric']:10.3e}")
+            print(f"{name[:62]:62} {label:14} {d['curve']:13.3e} {d['metric']:10.3e}")
     print("judged branches failing the limits:", failures or "none")
     return 0
 

@@ -138,21 +138,27 @@ def test_module_checks_normalized_shape(device):
         norm(_x(device, 2, 7))
 
 
-def test_the_fast_path_accepts_only_what_the_full_checks_accept(monkeypatch):
+def test_the_fast_path_accepts_only_what_the_full_checks_accept(monkeypatch, device):
     """``check_contract`` returns early for the common valid call (host time); every call it
     lets through that way must pass the full checks too, and the common Llama and fused-residual
-    calls must take it."""
+    calls must take it. On the kernels' device: the fast path takes nothing elsewhere."""
     from rmsnorm_kernel import contract
 
     n = 8
-    xs = [torch.randn(2, n, dtype=d) for d in (torch.float16, torch.float32, torch.float64)]
-    weights = [None, [1.0] * n, torch.ones(n + 1)]
-    weights += [torch.ones(n, dtype=d) for d in (torch.bfloat16, torch.float32, torch.float64)]
+    xs = [
+        torch.randn(2, n, dtype=d, device=device)
+        for d in (torch.float16, torch.float32, torch.float64)
+    ]
+    weights = [None, [1.0] * n, torch.ones(n + 1, device=device)]
+    weights += [
+        torch.ones(n, dtype=d, device=device)
+        for d in (torch.bfloat16, torch.float32, torch.float64)
+    ]
     taken = set()
     for x in xs:
-        residuals = [None, torch.randn_like(x), torch.randn(2, n + 1, dtype=x.dtype)]
+        residuals = [None, torch.randn_like(x), torch.randn(2, n + 1, dtype=x.dtype, device=device)]
         other = torch.float32 if x.dtype != torch.float32 else torch.float64
-        residuals.append(torch.randn(2, n, dtype=other))
+        residuals.append(torch.randn(2, n, dtype=other, device=device))
         for w in weights:
             for r in residuals:
                 for rounding in ("torch", "llama", "other"):
