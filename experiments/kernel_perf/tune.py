@@ -13,6 +13,8 @@ Parts:
          grids (row groups x tree or sum finish x warps), beside fwd+bwd of ours, F.rms_norm, Liger.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
+- wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
+         stages beside the default and the previous backward; one-row forward warps.
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
@@ -321,6 +323,61 @@ def part_bwdq(rows):
                 cfg = dataclasses.replace(g, **ch)
                 _bwd_record(rows, "bwdq", m, n, f"per_sm={per_sm} {name}", cfg, inputs)
         del inputs
+
+
+#: Shapes of part wide: where the one-launch backward measured slower than the previous
+#: backward (32768x8192 +8.5%, 8192x16384 +1.9%, 16384x4096 fp32 +0.9%; bench 2026-11-30).
+WIDE = [
+    (32768, 8192, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (8192, 16384, torch.bfloat16),
+    (16384, 4096, torch.float32),
+]
+
+
+def part_wide(rows):
+    """Backward at 4096-16384 columns in graph mode: programs per SM x warps x pipelining stages
+    (sum finish, float32 rows), beside the default and the previous two-launch backward (whose
+    8192-column config was 2 programs per SM at 4 warps); then one-row forward warps."""
+    import previous_backward
+
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n, dtype in WIDE:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        base = backward_config(m, n, 0)
+        _bwd_record(rows, "wide", m, n, "default", base, inputs)
+        r = dict(part="wide", M=m, N=n, variant="previous (2 launches)")
+        r["us"] = graph_us(lambda: previous_backward.launch(dy, x, w, rstd, sm))  # noqa: B023
+        r["GBps"] = 3 * m * n * x.element_size() / r["us"] / 1e3
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        for per_sm in (1, 2, 3, 4):
+            for warps in (4, 8, 16):
+                for stages in (1, 2):
+                    cfg = dataclasses.replace(
+                        _grid(m, n, sm * per_sm, base),
+                        tree=False,
+                        dw_float64=False,
+                        num_warps=warps,
+                        stages=stages,
+                    )
+                    name = f"per_sm={per_sm} w={warps} stages={stages}"
+                    _bwd_record(rows, "wide", m, n, name, cfg, inputs)
+        for warps in (2, 4, 8, 16):
+            if 32 * warps > n:
+                continue
+            cfg = ForwardConfig(triton.next_power_of_2(n), 0, warps)
+            rec = dict(part="wide", M=m, N=n, variant=f"forward w={warps}")
+            try:
+                fn, err = fwd_variant(x, w, cfg)
+                us = graph_us(fn)
+                rec.update(us=us, GBps=2 * m * n * x.element_size() / us / 1e3, max_err=err)
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = repr(e)[:300]
+            rows.append(rec)
+            print(json.dumps(rec), flush=True)
+        inputs = x = w = dy = rstd = None  # free before the next shape
 
 
 SHAPES = [
