@@ -62,10 +62,16 @@ BWD_PIPELINE_MIN_ROWS = 16
 #: kernel, ~1.5 GB moved), and 4 was best at 2048. At 4096 columns, through explicit configs
 #: (tune.py part bwdq, graph replay, 2026-11-30): 2 per SM with 3 stages 35.8 / 120.0 us at
 #: 4096 / 16384 rows, against 47.1 / 123.0 with 3 per SM and none (no other count came closer).
-#: 1 at 8192 (16 warps) 144.1 vs 149.0 with 2; 1 at 16384 (16 warps) 135.3 vs 147.1 with 2 (those
-#: two from a sweep whose cached configs were not cleared between values: re-measure them).
+#: At 8192 and 16384 columns (tune.py part wide, graph replay, backward alone, bf16, 2026-11-30;
+#: warps from BWD_WARPS): 32768 x 8192 2 per SM 451.7 us, 3 493.6, 4 472.6, 1 (16 warps) 505.1;
+#: 8192 x 8192 117.0 / 134.5 (4) / 137.0 (1); 8192 x 16384 1 per SM 229.3, 2 235.9.
 #: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
-PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 2}  # wider blocks: 1; narrower: 8
+PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 2, 8192: 2}  # wider blocks: 1; narrower: 8
+#: Warps of the one-tile backward where the rule of _bwd_warps lost (float32 rows only: float64
+#: dweight rows double the live registers). 8192 columns: 4 warps 451.7 us at 32768 rows vs
+#: 8 / 16 warps 505-570 (4 warps spill 64 bytes, 2 programs per SM still fit: more rows in
+#: flight); 16384: 8 warps 229.3 us vs 245.9 with 16 at 8192 rows (tune.py part wide).
+BWD_WARPS = {8192: 4, 16384: 8}
 #: Small M with the sum finish: at least this many rows per program, so the float64 partials
 #: (programs x N x 8 bytes) stay below the data read. 256 x 4096 bf16: 128 programs 8.4 us, 64
 #: 8.5; 1024 rows: 264 programs 14.7 us, 512 24.4.
@@ -257,13 +263,15 @@ def backward_config(
     groups = max(1, min(rows_cap, groups, budget))
     rows_per_program = triton.cdiv(m, groups)
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
+    dw_float64 = tree or float64 or m * n <= F64_ROWS_MAX_ELEMS
     warps = _bwd_warps(block) if one_tile else BWD_TILE_WARPS
+    if one_tile and not dw_float64:
+        warps = BWD_WARPS.get(block, warps)
     stages = BWD_STAGES
     # Not for float64 rows: 3 stages of two 4096-wide float64 rows would ask for ~192 KiB of
     # shared memory (over the H200's 227 KiB with the kernel's own); measured on bf16 only.
     if one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
         stages = BWD_PIPELINE.get(block, BWD_STAGES)
-    dw_float64 = tree or float64 or m * n <= F64_ROWS_MAX_ELEMS
     # Fields in order: block, one_tile, groups, rows_per_program, num_warps, tree, dw_float64.
     return BackwardConfig(
         block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages

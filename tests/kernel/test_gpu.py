@@ -23,7 +23,28 @@ def test_wide_rows_gpu(n, dtype):
     check_against_oracle(x, w, dtype)
 
 
-@pytest.mark.parametrize("m,n", [(65536, 4096), (4097, 4096), (100_000, 128)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m,n", [(600, 8192), (300, 16384), (300, 12000)])
+def test_wide_rows_float32_dweight_rows_gpu(m, n, dtype):
+    """Past F64_ROWS_MAX_ELEMS the backward takes BWD_WARPS (4 warps at 8192, 8 at 16384): y and
+    dx against the oracle (dweight, a float32 sum over the rows: test_many_rows_no_scratch_cap)."""
+    from rmsnorm_kernel.config import F64_ROWS_MAX_ELEMS, backward_config
+
+    assert m * n > F64_ROWS_MAX_ELEMS
+    assert not backward_config(m, n, torch.cuda.current_device()).dw_float64
+    x = torch.randn(m, n, device="cuda", dtype=dtype, requires_grad=True)
+    w = (1 + 0.3 * torch.randn(n, device="cuda")).to(dtype).requires_grad_()
+    y = rk.rmsnorm(x, w, 1e-6)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y_ref, _, dx_ref, _, _ = oracle(x, w, dy, 1e-6)
+    assert_close(y, y_ref, dtype, "y")
+    assert_close(x.grad, dx_ref, dtype, "dx")
+
+
+@pytest.mark.parametrize(
+    "m,n", [(65536, 4096), (4097, 4096), (4097, 8192), (1000, 16384), (100_000, 128)]
+)
 def test_many_rows_no_scratch_cap(m, n):
     """The tutorial capped M*N*4 bytes of scratch at 64 MiB; the persistent grid has no M cap.
 
