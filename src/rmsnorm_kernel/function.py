@@ -223,7 +223,8 @@ def rmsnorm(
         ``y`` (``[..., N]``; dtype ``x.dtype``, or the promoted dtype with ``rounding="llama"``),
         or ``(y, x + residual)`` when ``residual`` is given.
     """
-    if eps is None and isinstance(x, torch.Tensor):
+    if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
+        # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         eps = torch.finfo(x.dtype).eps
     check_contract(x, weight, eps, offset=offset, residual=residual, rounding=rounding)
     llama = rounding == "llama"

@@ -178,3 +178,17 @@ def test_the_fast_path_accepts_only_what_the_full_checks_accept(monkeypatch, dev
     assert (torch.float16, "torch.float32", "llama") in taken
     assert (torch.float64, "torch.float64", "llama") in taken
     assert (torch.float16, "torch.float64", "llama") not in taken  # refused by the full checks
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+def test_eps_none_with_a_non_float_input_names_x_dtype(device, dtype):
+    """eps=None resolves through torch.finfo(x.dtype); a non-float x must get the contract's
+    message about x, not finfo's TypeError."""
+    x = torch.ones(3, 8, device=device).to(dtype)
+    for call in (
+        lambda: rk.rmsnorm(x, None, None),
+        lambda: rk.rms_norm(x, (8,)),
+        lambda: rk.RMSNorm(8, device=device)(x),
+    ):
+        with pytest.raises(rk.ContractTypeError, match="x must have dtype"):
+            call()
