@@ -10,7 +10,8 @@ Parts:
 - peers: the issue's shapes in graph mode (CUDA-graph replay: kernel time only), ours beside
          F.rms_norm and Liger when importable; GB/s = bytes moved / time (fwd 2MNs, fwd+bwd 5MNs).
 - small: small M (SMALL: 128-2048 rows x 257-4096) in graph mode: backward alone over explicit
-         grids (row groups x tree or sum finish x warps), beside fwd+bwd of ours, F.rms_norm, Liger.
+         grids (row groups x tree or sum finish x warps; pipelining stages of short row loops),
+         beside fwd+bwd of ours, F.rms_norm, Liger.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
 - wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
@@ -294,6 +295,15 @@ def part_small(rows):
                     )
                     name = f"g={groups} tree={tree} w={warps}"
                     _bwd_record(rows, "small", m, n, name, cfg, inputs)
+        # Pipelining of short row loops (BWD_PIPELINE_MIN_ROWS keeps it off below 16 rows per
+        # program: unmeasured there), sum finish as the default's.
+        for groups in (64, 128, 264):
+            if groups > m:
+                continue
+            for stages in (2, 3):
+                cfg = dataclasses.replace(_grid(m, n, groups, base), tree=False, stages=stages)
+                name = f"g={groups} sum stages={stages}"
+                _bwd_record(rows, "small", m, n, name, cfg, inputs)
         del inputs
 
 
