@@ -10,12 +10,15 @@ Parts:
 - peers: the issue's shapes in graph mode (CUDA-graph replay: kernel time only), ours beside
          F.rms_norm and Liger when importable; GB/s = bytes moved / time (fwd 2MNs, fwd+bwd 5MNs).
 - small: small M (SMALL: 128-2048 rows x 257-4096) in graph mode: backward alone over explicit
-         grids (row groups x tree or sum finish x warps; pipelining stages of short row loops),
-         beside fwd+bwd of ours, F.rms_norm, Liger.
+         grids (row groups x sum finish with or without pipelining, or the tree at 2-16 children
+         per node), beside fwd+bwd of ours, F.rms_norm, Liger.
+- tree:  the in-launch dweight tree's fan-out at large M (TREE_LARGE), beside the sum finish.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
 - wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
          stages beside the default and the previous backward; one-row forward warps.
+- widefwd: the forward of rows >= 32768 wide (WIDE_FWD) in graph mode: the default beside
+         wide_forward.py's chunk x warps x cache hints x pass-2 order variants.
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -279,31 +283,46 @@ SMALL = [
 
 
 def part_small(rows):
-    """Small M: the persistent grid's partials and the tree's sequential tail dominate."""
+    """Small M: the persistent grid's partials and the tree's sequential tail dominate. Per
+    grid: the sum finish with and without pipelining, and the in-launch tree at 2-16 children
+    per node (float64 rows where the default has them)."""
     for m, n, dtype in SMALL:
         _peers_graph(rows, "small", m, n, dtype)
         inputs = _bwd_inputs(m, n, dtype)
-        base = backward_config(m, n, 0)
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
         _bwd_record(rows, "small", m, n, "default", base, inputs)
-        for groups in (8, 16, 32, 64, 128, 264, 512):
+        for groups in (32, 64, 128, 264, 512):
             if groups > m:
                 continue
-            for tree in (True, False):
-                for warps in (4, 8, 16):
-                    cfg = dataclasses.replace(
-                        _grid(m, n, groups, base), tree=tree, dw_float64=True, num_warps=warps
-                    )
-                    name = f"g={groups} tree={tree} w={warps}"
-                    _bwd_record(rows, "small", m, n, name, cfg, inputs)
-        # Pipelining of short row loops (BWD_PIPELINE_MIN_ROWS keeps it off below 16 rows per
-        # program: unmeasured there), sum finish as the default's.
-        for groups in (64, 128, 264):
-            if groups > m:
-                continue
-            for stages in (2, 3):
-                cfg = dataclasses.replace(_grid(m, n, groups, base), tree=False, stages=stages)
-                name = f"g={groups} sum stages={stages}"
-                _bwd_record(rows, "small", m, n, name, cfg, inputs)
+            grid = _grid(m, n, groups, base)
+            for stages in (1, 3):
+                cfg = dataclasses.replace(grid, tree=False, stages=stages)
+                _bwd_record(rows, "small", m, n, f"g={groups} sum stages={stages}", cfg, inputs)
+            for fanout in (2, 4, 8, 16):
+                cfg = dataclasses.replace(grid, tree=True, fanout=fanout, stages=1)
+                _bwd_record(rows, "small", m, n, f"g={groups} tree fanout={fanout}", cfg, inputs)
+        del inputs
+
+
+#: Large-M shapes where the heuristic keeps the in-launch tree (N <= 1024): its fan-out beside
+#: the sum finish, at the default grid.
+TREE_LARGE = [
+    (65536, 1024, torch.bfloat16),
+    (16384, 1024, torch.bfloat16),
+    (262144, 256, torch.bfloat16),
+]
+
+
+def part_tree(rows):
+    for m, n, dtype in TREE_LARGE:
+        inputs = _bwd_inputs(m, n, dtype)
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        _bwd_record(rows, "tree", m, n, "default", base, inputs)
+        for fanout in (4, 8, 16):
+            cfg = dataclasses.replace(base, tree=True, fanout=fanout)
+            _bwd_record(rows, "tree", m, n, f"tree fanout={fanout}", cfg, inputs)
+        cfg = dataclasses.replace(base, tree=False)
+        _bwd_record(rows, "tree", m, n, "sum", cfg, inputs)
         del inputs
 
 
@@ -355,7 +374,7 @@ def part_wide(rows):
     for m, n, dtype in WIDE:
         inputs = _bwd_inputs(m, n, dtype)
         x, w, dy, rstd, _ = inputs
-        base = backward_config(m, n, 0)
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
         _bwd_record(rows, "wide", m, n, "default", base, inputs)
         r = dict(part="wide", M=m, N=n, variant="previous (2 launches)")
         r["us"] = graph_us(lambda: previous_backward.launch(dy, x, w, rstd, sm))  # noqa: B023
@@ -388,6 +407,45 @@ def part_wide(rows):
             rows.append(rec)
             print(json.dumps(rec), flush=True)
         inputs = x = w = dy = rstd = None  # free before the next shape
+
+
+#: Shapes of part widefwd: rows the forward walks twice in chunks (quack led 1.4x at 4096 x 65536).
+WIDE_FWD = [(1024, 65536), (4096, 65536), (512, 131072), (2048, 32768)]
+
+
+def part_widefwd(rows):
+    """Forward of wide rows in graph mode: the package's default beside wide_forward.py's
+    variants (chunk x warps x cache hints x pass-2 order), bf16 with a weight."""
+    import wide_forward
+
+    for m, n in WIDE_FWD:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
+        gb = 2 * m * n * x.element_size() / 1e9
+
+        def record(name, fn, m=m, n=n, ref=ref, gb=gb):
+            r = dict(part="widefwd", M=m, N=n, variant=name)
+            try:
+                err = (fn()[0].float() - ref).abs().max().item()
+                us = graph_us(fn)
+                r.update(us=us, GBps=gb / us * 1e6, max_err=err)
+            except Exception as e:  # noqa: BLE001
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+
+        record("default", lambda: ops.launch_forward(x, w, None, EPS, 0.0, x.dtype))  # noqa: B023
+        for block, warps in ((8192, 16), (16384, 32), (16384, 16)):
+            for hints in (False, True):
+                for reverse in (False, True):
+                    name = f"block={block} w={warps} hints={hints} reverse={reverse}"
+                    variant = functools.partial(
+                        wide_forward.launch, x, w, EPS, block, warps, hints, reverse
+                    )
+                    record(name, variant)
+        x = w = ref = None
 
 
 SHAPES = [

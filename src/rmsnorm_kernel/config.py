@@ -54,8 +54,11 @@ BWD_TILE_WARPS = 16
 #: earlier slower than none at 8192/16384 columns (159.5 vs 135.8 us, 198.4 vs 154.9), so other
 #: blocks keep none. Only from BWD_PIPELINE_MIN_ROWS rows per program (shorter loops, small M,
 #: were measured without pipelining only), and not for float64 math.
+#: Keyed by (block, bytes per input value): float32 rows at 4096 columns took 218.0 us with 2
+#: stages against 225.3 with 3 (16384 rows, 2 programs per SM, 8 warps; tune.py part wide); with
+#: float32 partials (below) 212.8 vs 212.1 without pipelining, equal.
 BWD_STAGES = 1
-BWD_PIPELINE = {4096: 3}
+BWD_PIPELINE = {(4096, 2): 3, (4096, 4): 2}
 BWD_PIPELINE_MIN_ROWS = 16
 #: Backward persistent grid: programs per SM, by row block. Short rows need more programs in
 #: flight to keep memory busy: 8 per SM at 1024 columns took 456 us vs 948 us with 2 (the previous
@@ -83,18 +86,42 @@ INTERPRETER_PROGRAMS = 5
 #: M because the grid is persistent.
 DW_SCRATCH_BYTES = 64 << 20
 #: dweight finish: in the backward launch over a fixed tree (one launch: less host time, and no
-#: launch gap) for rows up to TREE_ALWAYS_N wide; otherwise a second launch sums the partials
-#: (dweight_sum_kernel). The tree's last program climbs ~log2(programs) levels one after another
-#: (an atomic and an L2 round trip each), each level moving N partials: at 1024 columns it took
+#: launch gap) for rows up to TREE_ALWAYS_N wide past small M; otherwise a second launch sums
+#: the partials (dweight_sum_kernel). The tree's last program climbs log_FANOUT(programs) levels
+#: one after another (an atomic and an L2 round trip each), each level moving N partials per
+#: child: with 2 children per node, at 1024 columns it took
 #: 135.8 us vs 157.7 with the sum launch (65536 rows: 131.1 vs 150.6 best sum, 2026-11-30), but
 #: at 4096 columns the sum launch wins at every M measured (graph replay, bf16): 256 rows 8.4 vs
 #: 29.5 us, 1024 rows 14.7 vs 35.9, 2048 rows 26.8 vs 32.9 (the tree's tail is ~20 us there).
 #: Problems up to F64_ROWS_MAX_ELEMS elements (latency-bound, a program often owns few rows)
 #: accumulate their rows in float64: each term exact up to rstd's rounding; larger ones
 #: accumulate rows in float32 (float64 costs ~1.5x the registers of the row loop: 126 vs 80 at
-#: 4096 columns, 8 warps), and every finish adds partials in float64.
+#: 4096 columns, 8 warps), and every finish adds partials in float64 (float32 partials are
+#: stored as such for the sum launch, which widens them exactly: 32768 x 8192 bf16 backward 436.9
+#: us vs 451.7 with float64 partials, now equal to the previous two-launch backward's 437.0).
 TREE_ALWAYS_N = 1024
 F64_ROWS_MAX_ELEMS = 1 << 22
+#: Children per node of that tree: the tail is one atomic and one L2 round trip per level, so a
+#: wider node (log_FANOUT(programs) levels, each adding FANOUT slots) shortens it. Graph replay,
+#: backward alone, bf16, default grid (tune.py part tree, 2026-11-30): 65536 x 1024 8 children
+#: 129.3 us, 4: 130.7, 16: 173.1, 2 (binary): 140.9, sum launch 155.8; 16384 x 1024 49.8 / 50.7
+#: / 58.4 / 61.9 / 52.1; 262144 x 256 229.0 (8) vs 226.8 (2), within noise.
+TREE_FANOUT = 8
+#: Small M: up to SMALL_M rows of blocks up to SMALL_MAX_BLOCK columns take the sum finish (even
+#: at N <= TREE_ALWAYS_N: the tree's tail is most of such a launch), at most SMALL_GROUPS
+#: programs of at least SMALL_ROWS_PER_PROGRAM rows, pipelined (SMALL_STAGES) from
+#: SMALL_PIPELINE_MIN_BLOCK columns. Graph replay, backward alone (tune.py part small,
+#: 2026-11-30), against the heuristic before: 128 x 257 fp32 4.9 us (32 programs; 64: 4.6) vs
+#: 12.9 (tree of 128 one-row programs; 9.1 at best with 4-8 children); 256 x 1024 5.6 vs 17.7;
+#: 1024 x 1024 8.5 vs 38.2; 256 x 4096 8.2 vs 8.5; 1024 x 4096 13.2 vs 14.7; 2048 x 4096 22.8
+#: vs 25.5. Pipelining at 512 columns: 4.7 vs 4.6 us, so not below 1024. 2048-column blocks and
+#: float32 rows wider than 257 were not measured (between the measured ones).
+SMALL_M = 2048
+SMALL_MAX_BLOCK = 4096
+SMALL_GROUPS = 128
+SMALL_ROWS_PER_PROGRAM = 4
+SMALL_STAGES = 3
+SMALL_PIPELINE_MIN_BLOCK = 1024
 
 #: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
 ROW_DOT_BLOCK = 8192
@@ -138,8 +165,9 @@ class BackwardConfig:
     ``block`` columns per program (the whole row when ``one_tile``; else ``cdiv(N, block)``
     column tiles after a separate ``mean(u*x)`` launch); ``groups`` programs along the rows, each
     owning ``rows_per_program`` consecutive rows; ``tree``: finish dweight inside the launch over a
-    fixed tree (else a second, fixed-order sum launch); ``dw_float64``: accumulate each program's
-    rows in float64.
+    fixed tree of ``fanout`` children per node (else a second, fixed-order sum launch);
+    ``dw_float64``: accumulate each program's rows in float64; ``stages``: software pipelining
+    of the row loop.
     """
 
     block: int
@@ -150,6 +178,7 @@ class BackwardConfig:
     tree: bool
     dw_float64: bool
     stages: int = BWD_STAGES
+    fanout: int = TREE_FANOUT
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -176,6 +205,8 @@ class BackwardConfig:
                 f"(groups - 1) * rows_per_program < M <= groups * rows_per_program "
                 f"(got groups={self.groups}, rows_per_program={self.rows_per_program}, M={m})"
             )
+        if self.fanout < 2:
+            raise ContractValueError(f"BackwardConfig.fanout must be >= 2 (got {self.fanout})")
         if self.stages < 1:
             raise ContractValueError(f"BackwardConfig.stages must be >= 1 (got {self.stages})")
 
@@ -246,20 +277,26 @@ def backward_config(
     device_index: int | None,
     float64: bool = False,
     per_sm: int | None = None,
+    itemsize: int = 2,
 ) -> BackwardConfig:
-    """The backward heuristic for ``m`` rows of ``n`` (``float64``: float64 math). ``per_sm``
-    overrides :func:`programs_per_sm` (for tuning: the grid's size, everything else as chosen)."""
+    """The backward heuristic for ``m`` rows of ``n`` (``float64``: float64 math; ``itemsize``:
+    bytes per value of x and dy). ``per_sm`` overrides :func:`programs_per_sm` (for tuning: the
+    grid's size, everything else as chosen)."""
     one_tile = n <= MAX_FUSED_N_BWD
     block = triton.next_power_of_2(n) if one_tile else BWD_TILE
     tiles = 1 if one_tile else triton.cdiv(n, block)
+    small = one_tile and block <= SMALL_MAX_BLOCK and m <= SMALL_M
+    tree = n <= TREE_ALWAYS_N and not small
     if device_index is None:
         groups = INTERPRETER_PROGRAMS  # per column tile, so CPU tests cover tiles x a tree
+    elif small and per_sm is None:
+        groups = SMALL_GROUPS
     else:
         per_sm = programs_per_sm(block) if per_sm is None else per_sm
         groups = max(1, sm_count(device_index) * per_sm // tiles)
-    tree = n <= TREE_ALWAYS_N
     budget = max(1, DW_SCRATCH_BYTES // (n * 8))  # float64 partials
-    rows_cap = m if tree else max(1, m // MIN_ROWS_PER_PROGRAM)
+    min_rows = SMALL_ROWS_PER_PROGRAM if small else MIN_ROWS_PER_PROGRAM
+    rows_cap = m if tree else max(1, m // min_rows)
     groups = max(1, min(rows_cap, groups, budget))
     rows_per_program = triton.cdiv(m, groups)
     groups = triton.cdiv(m, rows_per_program)  # no program without rows
@@ -269,10 +306,11 @@ def backward_config(
         warps = BWD_WARPS.get(block, warps)
     stages = BWD_STAGES
     # Not for float64 rows: 3 stages of two 4096-wide float64 rows would ask for ~192 KiB of
-    # shared memory (over the H200's 227 KiB with the kernel's own); measured on bf16 only.
-    if one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
-        stages = BWD_PIPELINE.get(block, BWD_STAGES)
-    # Fields in order: block, one_tile, groups, rows_per_program, num_warps, tree, dw_float64.
+    # shared memory (over the H200's 227 KiB with the kernel's own).
+    if small and not float64 and block >= SMALL_PIPELINE_MIN_BLOCK:
+        stages = SMALL_STAGES
+    elif one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
+        stages = BWD_PIPELINE.get((block, itemsize), BWD_STAGES)
     return BackwardConfig(
         block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages
     )

@@ -217,7 +217,8 @@ def rmsnorm(
             ``x.dtype``) or ``"llama"`` (Hugging Face's ``LlamaRMSNorm``: ``x * r`` rounded to
             ``x.dtype``, then times ``w`` in ``promote_types(w.dtype, x.dtype)``, the output
             dtype). Both are one forward launch; the backward is one launch (dweight
-            finished in it, rows up to 1024 wide) or two (a fixed-order dweight sum after it).
+            finished in it: rows up to 1024 wide, past 2048 rows) or two (a fixed-order dweight
+            sum after it).
 
     Returns:
         ``y`` (``[..., N]``; dtype ``x.dtype``, or the promoted dtype with ``rounding="llama"``),

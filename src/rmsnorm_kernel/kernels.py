@@ -15,10 +15,10 @@ load as ACC -> reduce -> store. Row offsets are int64 so tensors over 2**31 elem
 correctly.
 
 Determinism: the only atomics are integer counters that decide WHICH program adds two dweight
-partials, never the ORDER of float additions. The partials are summed over a fixed binary tree
-(node k = left child + right child; float addition is commutative, so who adds gives the same
-bits) or, in the second launch, column by column in row order; either way dweight is bitwise
-reproducible whatever the scheduling.
+partials, never the ORDER of float additions. The partials are summed over a fixed tree (a
+node adds its children's slots in index order, whichever child arrives last to do it, so who
+adds gives the same bits) or, in the second launch, column by column in row order; either way
+dweight is bitwise reproducible whatever the scheduling.
 """
 
 from __future__ import annotations
@@ -200,38 +200,47 @@ def _dweight_tree_finish(
     N,
     cols,
     mask,
+    FANOUT: tl.constexpr,  # children per tree node (2: a binary tree)
 ):
-    """Sum the partials of all row groups over a fixed binary tree, inside the same launch.
+    """Sum the partials of all row groups over a fixed tree, inside the same launch.
 
-    Node (base, span) covers leaves [base, base + span). Of a node's two children, the one that
-    arrives second (an integer atomic decides) adds the other's value read from its slot; float
-    addition is commutative, so the node's value does not depend on which child arrives last.
-    The second arrival resets the node's counter to 0 for the next launch on this stream.
+    A node whose children each cover ``span`` leaves covers ``[first, first + FANOUT * span)``;
+    its children start at ``first + k * span``. Every child stores its value in its slot and
+    takes a ticket from the node's counter (an integer atomic); the last to arrive adds the
+    children's slots in index order, so the node's value does not depend on who arrived last,
+    and resets the counter to 0 for the next launch on this stream. Counter ``first + span``
+    (the second child's first leaf) is unique per node: its remainder modulo the node's width is
+    ``span``, which differs between levels.
     """
     base = leaf
     span = leaf * 0 + 1
     active = leaf >= 0  # an i1 scalar: still carrying a value up the tree
     while span < leaves:
         if active:
-            sibling = base ^ span
-            if sibling < leaves:
+            first = base - base % (span * FANOUT)
+            children = tl.minimum((leaves - first + span - 1) // span, FANOUT)
+            if children > 1:
                 tl.store(SLOTS + base.to(tl.int64) * N + cols, acc, mask=mask)
                 tl.debug_barrier()  # every thread's slot store happens before the release below
-                node = COUNTERS + (base | span)  # the parent's midpoint: unique per node
+                node = COUNTERS + first + span
                 ticket = tl.atomic_add(node, 1, sem="acq_rel", scope="gpu")
-                if ticket == 0:
-                    active = ticket < 0  # first child: the sibling finishes this node
+                if ticket < children - 1:
+                    active = ticket < 0  # not the last child: the last one finishes this node
                 else:
                     tl.store(node, 0)
-                    other = tl.load(
-                        SLOTS + sibling.to(tl.int64) * N + cols,
-                        mask=mask,
-                        other=0.0,
-                        cache_modifier=".cg",  # L2, never a stale L1 line
-                    )
-                    acc = acc + other
-                    base = base - (base & span)
-        span = span * 2
+                    total = tl.zeros_like(acc)
+                    for k in tl.static_range(FANOUT):
+                        child = first + k * span
+                        if child < leaves:
+                            total += tl.load(
+                                SLOTS + child.to(tl.int64) * N + cols,
+                                mask=mask,
+                                other=0.0,
+                                cache_modifier=".cg",  # L2, never a stale L1 line
+                            )
+                    acc = total
+            base = first
+        span = span * FANOUT
     if active:
         if DW.dtype.element_ty == tl.float64:
             tl.store(DW + cols, acc, mask=mask)
@@ -251,7 +260,8 @@ def rmsnorm_backward_kernel(
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
     DX,  # pointer to the input gradient (M, N), contiguous
     DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
-    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N), float64
+    DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N): float64 with
+    #              TREE, else DW_ACC
     COUNTERS,  # pointer to int32 tree counters (tiles, groups), zero on entry and on exit
     stride_dy,  # elements between two rows of DY
     stride_x,  # elements between two rows of X
@@ -271,6 +281,7 @@ def rmsnorm_backward_kernel(
     ONE_TILE: tl.constexpr,  # N <= BLOCK: reduce mean(u * x) here; else read MEAN_UX
     STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
     TREE: tl.constexpr,  # finish dweight here (fixed tree); else only store the partial
+    FANOUT: tl.constexpr,  # children per node of that tree
 ):
     """dx for a tile of rows x columns, and dweight for the whole tensor, in one launch.
 
@@ -326,14 +337,21 @@ def rmsnorm_backward_kernel(
                 N,
                 cols,
                 mask,
+                FANOUT,
             )
         else:
-            tl.store(DW_PARTIAL + pid.to(tl.int64) * N + cols, dw.to(tl.float64), mask=mask)
+            # In DW_ACC (float32 rows: half the bytes of float64); the sum launch widens each
+            # value exactly, so dweight's bits are those of float64 partials.
+            tl.store(
+                DW_PARTIAL + pid.to(tl.int64) * N + cols,
+                dw.to(DW_PARTIAL.dtype.element_ty),
+                mask=mask,
+            )
 
 
 @triton.jit
 def dweight_sum_kernel(
-    PARTIAL,  # pointer to the per-program partials (G, N), float64
+    PARTIAL,  # pointer to the per-program partials (G, N), float32 or float64
     DW,  # pointer to the weight gradient (N,), weight dtype
     G,  # number of partial rows
     N,  # data width
@@ -351,7 +369,7 @@ def dweight_sum_kernel(
         mask = (rows[:, None] < G) & col_mask[None, :]
         acc += tl.load(
             PARTIAL + rows[:, None].to(tl.int64) * N + cols[None, :], mask=mask, other=0.0
-        )
+        ).to(tl.float64)  # exact for float32 partials
     total = tl.sum(acc, axis=0)
     if DW.dtype.element_ty == tl.float64:
         tl.store(DW + cols, total, mask=col_mask)

@@ -248,7 +248,8 @@ def launch_backward(
     acc = rstd.dtype
     index = _device_index(x2)
     if config is None:
-        config = backward_config(m, n, index, acc == torch.float64)
+        itemsize = max(x2.element_size(), dy2.element_size())
+        config = backward_config(m, n, index, acc == torch.float64, itemsize=itemsize)
     else:
         config.check(m, n)
     block, one_tile, groups, tree = config.block, config.one_tile, config.groups, config.tree
@@ -272,7 +273,8 @@ def launch_backward(
     if has_w:
         device = x2.device
         dw = torch.empty((n,), device=device, dtype=weight.dtype)
-        partial = torch.empty((groups, n), device=device, dtype=torch.float64)
+        # The tree adds partials in its float64 slots; the sum launch widens float32 ones.
+        partial = torch.empty((groups, n), device=device, dtype=torch.float64 if tree else dw_acc)
         if tree:
             counters = tree_counters(device, index, tiles * groups)
     if dh2 is not None:
@@ -285,7 +287,7 @@ def launch_backward(
         + (config.rows_per_program,),
         offsets,
         (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
-        + (config.stages, tree),
+        + (config.stages, tree, config.fanout),
         config.num_warps,
         1,
         index,

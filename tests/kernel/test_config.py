@@ -24,9 +24,9 @@ def h200(monkeypatch):
 @pytest.mark.parametrize(
     "m,groups,rows,stages",
     [
-        (256, 128, 2, 1),  # small M: at least 2 rows per program (8.4 us vs 29.5 with the tree)
-        (1024, 256, 4, 1),
-        (2048, 256, 8, 1),
+        (256, 64, 4, 3),  # small M: >= 4 rows per program, pipelined (8.2 us vs 8.5)
+        (1024, 128, 8, 3),  # 13.2 us vs 14.7 with 256 programs and no pipelining
+        (2048, 128, 16, 3),  # 22.8 us vs 25.5
         (4096, 256, 16, 3),  # 2 programs per SM, pipelined: 35.8 us vs 46.7
         (16384, 261, 63, 3),
     ],
@@ -39,11 +39,36 @@ def test_4096_columns_use_the_sum_finish_with_the_measured_grid(h200, m, groups,
     cfg.check(m, 4096)
 
 
-def test_narrow_rows_keep_the_in_launch_tree_with_float64_rows(h200):
-    for m, n in ((8, 256), (128, 257), (65536, 1024)):
+def test_narrow_rows_keep_the_in_launch_tree_past_small_m(h200):
+    for m, n in ((4096, 256), (16384, 1024), (65536, 1024)):
         cfg = config.backward_config(m, n, 0)
         assert cfg.tree and cfg.dw_float64 and cfg.stages == 1
+        assert cfg.fanout == config.TREE_FANOUT == 8  # 129.3 us vs 140.9 binary at 65536 x 1024
         cfg.check(m, n)
+
+
+@pytest.mark.parametrize(
+    "m,n,groups,stages",
+    [
+        (128, 257, 32, 1),  # 4.9 us vs 12.9 with the tree; no pipelining below 1024 columns
+        (256, 1024, 64, 3),  # 5.6 us vs 17.7
+        (1024, 1024, 128, 3),  # 8.5 us vs 38.2
+        (2048, 1024, 128, 3),
+        (8, 256, 2, 1),
+        (1, 64, 1, 1),
+    ],
+)
+def test_small_m_takes_the_sum_finish_even_for_narrow_rows(h200, m, n, groups, stages):
+    cfg = config.backward_config(m, n, 0)
+    assert not cfg.tree
+    assert (cfg.groups, cfg.stages) == (groups, stages)
+    assert cfg.rows_per_program >= min(m, config.SMALL_ROWS_PER_PROGRAM)
+    cfg.check(m, n)
+
+
+def test_float32_rows_at_4096_columns_take_the_measured_stage_count(h200):
+    assert config.backward_config(16384, 4096, 0, itemsize=4).stages == 2  # 218.0 vs 225.3 us
+    assert config.backward_config(16384, 4096, 0, itemsize=2).stages == 3
 
 
 def test_float64_math_is_never_pipelined(h200):

@@ -110,6 +110,44 @@ def test_both_dweight_finishes(m, n, tree, dw_float64, device):
     assert torch.equal(grads[0], grads[1])
 
 
+@pytest.mark.parametrize("fanout", [2, 3, 4, 8])
+@pytest.mark.parametrize("m,groups", [(23, 23), (23, 12), (40, 10), (9, 1)])
+def test_dweight_tree_of_any_fanout(m, groups, fanout, device):
+    """The in-launch tree with 2-8 children per node over 1-23 leaves (full and partial nodes,
+    a lone child carried up a level): dweight against the oracle, bitwise repeatable, and (on
+    the GPU, where one counter buffer serves every launch on a stream) the counters left at zero
+    for the next launch."""
+    import dataclasses
+
+    import triton
+
+    from rmsnorm_kernel import config, ops
+
+    n = 70
+    x = torch.randn(m, n, device=device)
+    w = torch.randn(n, device=device)
+    dy = torch.randn(m, n, device=device)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    rows = triton.cdiv(m, groups)
+    cfg = dataclasses.replace(
+        config.backward_config(m, n, ops._device_index(x)),
+        groups=triton.cdiv(m, rows),
+        rows_per_program=rows,
+        tree=True,
+        fanout=fanout,
+    )
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    first = None
+    for _ in range(3):
+        dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+        assert_close(dx, dx_ref, torch.float32, "dx")
+        assert_close(dw, dw_ref, torch.float32, f"dweight, fanout {fanout}")
+        first = dw if first is None else first
+        assert torch.equal(dw, first)
+    counters = ops.tree_counters(x.device, ops._device_index(x), cfg.groups)
+    assert not counters.any()
+
+
 def test_explicit_configs_are_checked(device):
     """A config that cannot run the shape is refused by field name, before any output."""
     import dataclasses
@@ -134,6 +172,7 @@ def test_explicit_configs_are_checked(device):
         (dict(groups=bwd.groups + 5), "no empty program"),
         (dict(block=300), "power of two"),
         (dict(block=128), "block must be >= N = 300 with one_tile"),
+        (dict(fanout=1), "fanout must be >= 2"),
     ]:
         with pytest.raises(ValueError, match=match):
             ops.launch_backward(

@@ -1,0 +1,77 @@
+"""Forward variants for rows wider than the register file holds (N >= 32768), timed by tune.py
+part ``widefwd`` beside the package's kernel. Not used by the package.
+
+The package walks such a row twice in chunks (sum of squares, then scale), one row per program:
+the second read should come from L2. These variants ask whether cache hints or the chunk order
+make it so (bf16, weight, no residual):
+- ``HINTS``: pass 1 loads with ``evict_last`` (keep the row in L2 for pass 2), pass 2 loads with
+  ``evict_first`` and stores y streaming (``.cs``), so y's lines do not push rows out of L2.
+- ``REVERSE``: pass 2 walks the chunks last to first: the chunks read last in pass 1 are the
+  likeliest still cached.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+import rmsnorm_kernel  # noqa: F401  (picks the interpreter on a machine without CUDA)
+
+
+@triton.jit
+def wide_forward_kernel(
+    X,
+    W,
+    Y,
+    RSTD,
+    N,
+    eps,
+    BLOCK: tl.constexpr,
+    HINTS: tl.constexpr,
+    REVERSE: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * N
+    y_row = Y + row * N
+    cols = tl.arange(0, BLOCK)
+    sum_sq = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        c = start + cols
+        mask = c < N
+        if HINTS:
+            x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_last")
+        else:
+            x = tl.load(x_row + c, mask=mask, other=0.0)
+        x = x.to(tl.float32)
+        sum_sq += x * x
+    rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
+    chunks = tl.cdiv(N, BLOCK)
+    for i in range(0, chunks):
+        if REVERSE:
+            start = (chunks - 1 - i) * BLOCK
+        else:
+            start = i * BLOCK
+        c = start + cols
+        mask = c < N
+        if HINTS:
+            x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_first")
+        else:
+            x = tl.load(x_row + c, mask=mask, other=0.0)
+        y = x.to(tl.float32) * rstd * tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
+        if HINTS:
+            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask, cache_modifier=".cs")
+        else:
+            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + row, rstd)
+
+
+def launch(x, w, eps, block, warps, hints, reverse):
+    """``(y, rstd)`` of contiguous ``x (M, N)`` with weight ``w (N,)``."""
+    m, n = x.shape
+    y = torch.empty_like(x)
+    rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
+    wide_forward_kernel[(m,)](
+        x, w, y, rstd, n, eps, BLOCK=block, HINTS=hints, REVERSE=reverse, num_warps=warps
+    )
+    return y, rstd
