@@ -3,6 +3,8 @@
 # wheel (92 MB) exceeds what one device call carries: suite.sh (the previous call) left its first
 # half and the small cutlass wheels in /root/wq1; this call brings the second half in .wq2/.
 #   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
+# AFTER=probes runs the shared eager probes at both widths (Liger beside us) after the benchmark
+# instead of the Llama experiment sweep (AFTER=llama, the default).
 set -u
 out=${1:?usage: bench.sh OUTDIR}
 bench_s=${2:-330}; llama_s=${3:-200}
@@ -23,6 +25,17 @@ t0=$SECONDS
 timeout "$bench_s" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" > "$out/bench.log" 2>&1
 echo "bench rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 tail -80 "$out/bench.log"
+if [ "${AFTER:-llama}" = probes ]; then
+  for w in "4096 4 2 4096" "2048 8 8 2048"; do
+    set -- $w
+    t0=$SECONDS
+    timeout 130 python3 experiments/llama/probes/llama_patch_step.py $1 $2 $3 $4 3 \
+      > "$out/eager_$1.log" 2>&1
+    echo "eager_$1 rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+    tail -8 "$out/eager_$1.log"
+  done
+  exit 0
+fi
 t0=$SECONDS
 LIMIT=$llama_s SWEEP=${LLAMA_SWEEP:-experiment=llama_h200} bash experiments/llama/run_h200.sh "$out/llama" > "$out/llama.log" 2>&1
 echo "llama rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
