@@ -13,6 +13,7 @@ Parts:
          grids (row groups x sum finish with or without pipelining, or the tree at 2-16 children
          per node), beside fwd+bwd of ours, F.rms_norm, Liger.
 - tree:  the in-launch dweight tree's fan-out at large M (TREE_LARGE), beside the sum finish.
+- pipe:  large M at 256-2048 columns (PIPE): pipelining stages x programs per SM.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
 - wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
@@ -323,6 +324,33 @@ def part_tree(rows):
             _bwd_record(rows, "tree", m, n, f"tree fanout={fanout}", cfg, inputs)
         cfg = dataclasses.replace(base, tree=False)
         _bwd_record(rows, "tree", m, n, "sum", cfg, inputs)
+        del inputs
+
+
+#: Shapes of part pipe: large M with rows up to 2048 wide, where quack and Inductor lead the
+#: fwd+bwd (bench 2026-11-30: 262144 x 256 299 us vs 187, 65536 x 1024 198 vs 176, 16384 x 2048
+#: 105 vs 99) and the row loop was never pipelined.
+PIPE = [
+    (262144, 256, torch.bfloat16),
+    (131072, 512, torch.bfloat16),
+    (65536, 1024, torch.bfloat16),
+    (16384, 2048, torch.bfloat16),
+    (32768, 2048, torch.bfloat16),
+]
+
+
+def part_pipe(rows):
+    """Backward alone in graph mode: pipelining stages x programs per SM at the default finish."""
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n, dtype in PIPE:
+        inputs = _bwd_inputs(m, n, dtype)
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        _bwd_record(rows, "pipe", m, n, "default", base, inputs)
+        for per_sm in (2, 4, 8, 16):
+            grid = _grid(m, n, sm * per_sm, base)
+            for stages in (1, 2, 3, 4):
+                cfg = dataclasses.replace(grid, stages=stages)
+                _bwd_record(rows, "pipe", m, n, f"per_sm={per_sm} stages={stages}", cfg, inputs)
         del inputs
 
 
