@@ -57,8 +57,12 @@ BWD_TILE_WARPS = 16
 #: Keyed by (block, bytes per input value): float32 rows at 4096 columns took 218.0 us with 2
 #: stages against 225.3 with 3 (16384 rows, 2 programs per SM, 8 warps; tune.py part wide); with
 #: float32 partials (below) 212.8 vs 212.1 without pipelining, equal.
+#: Narrower 16-bit rows at large M (tune.py part pipe, backward alone, bf16, 2026-11-30, with
+#: PROGRAMS_PER_SM below): 131072 x 512 3 stages 126.6 us vs 155.6 before (8 per SM, none);
+#: 65536 x 1024 4 stages 122.5 vs 130.0; 16384 x 2048 61.9 vs 73.0 and 32768 x 2048 110.9 vs
+#: 128.1 (4 stages). 256 columns: none (16 per SM 160.7 us, 4 stages 181.1).
 BWD_STAGES = 1
-BWD_PIPELINE = {(4096, 2): 3, (4096, 4): 2}
+BWD_PIPELINE = {(512, 2): 3, (1024, 2): 4, (2048, 2): 4, (4096, 2): 3, (4096, 4): 2}
 BWD_PIPELINE_MIN_ROWS = 16
 #: Backward persistent grid: programs per SM, by row block. Short rows need more programs in
 #: flight to keep memory busy: 8 per SM at 1024 columns took 456 us vs 948 us with 2 (the previous
@@ -69,7 +73,10 @@ BWD_PIPELINE_MIN_ROWS = 16
 #: warps from BWD_WARPS): 32768 x 8192 2 per SM 451.7 us, 3 493.6, 4 472.6, 1 (16 warps) 505.1;
 #: 8192 x 8192 117.0 / 134.5 (4) / 137.0 (1); 8192 x 16384 1 per SM 229.3, 2 235.9.
 #: The grid size fixes the order of dweight additions, so it depends on shapes only, never timing.
-PROGRAMS_PER_SM = {1024: 8, 2048: 4, 4096: 2, 8192: 2}  # wider blocks: 1; narrower: 8
+#: With the pipelined row loop (BWD_PIPELINE, tune.py part pipe): 262144 x 256 16 per SM 160.7
+#: us vs 233.5 with 8; 512 columns 8 per SM; 1024: 4 (122.5 us vs 135.8 at 16, 138.9 at 2);
+#: 2048: 2 (61.9 us vs 71.4 at 4).
+PROGRAMS_PER_SM = {256: 16, 512: 8, 1024: 4, 2048: 2, 4096: 2, 8192: 2}  # wider: 1; narrower: 8
 #: Warps of the one-tile backward where the rule of _bwd_warps lost (float32 rows only: float64
 #: dweight rows double the live registers). 8192 columns: 4 warps 451.7 us at 32768 rows vs
 #: 8 / 16 warps 505-570 (4 warps spill 64 bytes, 2 programs per SM still fit: more rows in

@@ -40,9 +40,11 @@ def test_4096_columns_use_the_sum_finish_with_the_measured_grid(h200, m, groups,
 
 
 def test_narrow_rows_keep_the_in_launch_tree_past_small_m(h200):
-    for m, n in ((4096, 256), (16384, 1024), (65536, 1024)):
+    for m, n, per_sm, stages in ((262144, 256, 16, 1), (131072, 512, 8, 3), (65536, 1024, 4, 4)):
         cfg = config.backward_config(m, n, 0)
-        assert cfg.tree and cfg.dw_float64 and cfg.stages == 1
+        assert cfg.tree and cfg.dw_float64
+        rows = -(-m // (per_sm * H200_SMS))  # per_sm programs per SM, none without rows
+        assert (cfg.rows_per_program, cfg.stages) == (rows, stages)  # tune.py part pipe
         assert cfg.fanout == config.TREE_FANOUT == 8  # 129.3 us vs 140.9 binary at 65536 x 1024
         cfg.check(m, n)
 
