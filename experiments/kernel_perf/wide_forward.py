@@ -28,7 +28,9 @@ def wide_forward_kernel(
     N,
     eps,
     BLOCK: tl.constexpr,
-    HINTS: tl.constexpr,
+    PASS1_EVICT: tl.constexpr,  # "" (no hint) or "evict_last"
+    PASS2_EVICT: tl.constexpr,  # "" or "evict_first"
+    STORE_CACHE: tl.constexpr,  # "" or ".cs" (streaming)
     REVERSE: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -39,11 +41,7 @@ def wide_forward_kernel(
     for start in range(0, N, BLOCK):
         c = start + cols
         mask = c < N
-        if HINTS:
-            x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_last")
-        else:
-            x = tl.load(x_row + c, mask=mask, other=0.0)
-        x = x.to(tl.float32)
+        x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy=PASS1_EVICT).to(tl.float32)
         sum_sq += x * x
     rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
     chunks = tl.cdiv(N, BLOCK)
@@ -54,15 +52,9 @@ def wide_forward_kernel(
             start = i * BLOCK
         c = start + cols
         mask = c < N
-        if HINTS:
-            x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy="evict_first")
-        else:
-            x = tl.load(x_row + c, mask=mask, other=0.0)
+        x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy=PASS2_EVICT)
         y = x.to(tl.float32) * rstd * tl.load(W + c, mask=mask, other=0.0).to(tl.float32)
-        if HINTS:
-            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask, cache_modifier=".cs")
-        else:
-            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+        tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask, cache_modifier=STORE_CACHE)
     tl.store(RSTD + row, rstd)
 
 
@@ -72,6 +64,17 @@ def launch(x, w, eps, block, warps, hints, reverse):
     y = torch.empty_like(x)
     rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
     wide_forward_kernel[(m,)](
-        x, w, y, rstd, n, eps, BLOCK=block, HINTS=hints, REVERSE=reverse, num_warps=warps
+        x,
+        w,
+        y,
+        rstd,
+        n,
+        eps,
+        BLOCK=block,
+        PASS1_EVICT="evict_last" if hints else "",
+        PASS2_EVICT="evict_first" if hints else "",
+        STORE_CACHE=".cs" if hints else "",
+        REVERSE=reverse,
+        num_warps=warps,
     )
     return y, rstd
