@@ -110,11 +110,11 @@ def test_both_dweight_finishes(m, n, tree, dw_float64, device):
     assert torch.equal(grads[0], grads[1])
 
 
-@pytest.mark.parametrize("fanout", [2, 3, 4, 8])
+@pytest.mark.parametrize("fanout", [2, 3, 8])
 @pytest.mark.parametrize("m,groups", [(23, 23), (23, 12), (40, 10), (9, 1)])
 def test_dweight_tree_of_any_fanout(m, groups, fanout, device):
-    """The in-launch tree with 2-8 children per node over 1-23 leaves (full and partial nodes,
-    a lone child carried up a level): dweight against the oracle, bitwise repeatable, and (on
+    """The in-launch tree with 2, 3 or 8 children per node over 1-23 leaves (full and partial nodes,
+    a lone child carried up a level): dweight against the oracle, bitwise repeated, and (on
     the GPU, where one counter buffer serves every launch on a stream) the counters left at zero
     for the next launch."""
     import dataclasses
@@ -138,7 +138,7 @@ def test_dweight_tree_of_any_fanout(m, groups, fanout, device):
     )
     _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     first = None
-    for _ in range(3):
+    for _ in range(2):
         dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
         assert_close(dx, dx_ref, torch.float32, "dx")
         assert_close(dw, dw_ref, torch.float32, f"dweight, fanout {fanout}")
