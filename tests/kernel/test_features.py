@@ -100,8 +100,9 @@ def test_empty_rows(device):
 
 @pytest.mark.parametrize("m,n", [(3, 65536), (3, 70000), (2, 262144)])
 def test_wide_rows(m, n, device):
-    """65536: the widest one-pass forward row (backward tiles above 16384); wider rows are read
-    in chunks by the forward."""
+    """Rows past the forward's one-pass width (config.MAX_FUSED_N) are read in chunks: 65536 in
+    whole chunks, 70000 with a ragged last chunk, 262144 in many; the backward splits every row
+    above 16384 columns into column tiles."""
     x = torch.randn(m, n, device=device)
     w = torch.randn(n, device=device)
     check_against_oracle(x, w, torch.float32)
