@@ -473,6 +473,14 @@ def part_widefwd(rows):
                         wide_forward.launch, x, w, EPS, block, warps, hints, reverse
                     )
                     record(name, variant)
+        # Pass 1 pipelined (unmeasured yet): smaller chunks, more of them in flight.
+        for block, warps in ((4096, 8), (8192, 8), (8192, 16)):
+            for stages in (2, 3, 4):
+                name = f"block={block} w={warps} hints=True reverse=True stages={stages}"
+                variant = functools.partial(
+                    wide_forward.launch, x, w, EPS, block, warps, True, True, stages
+                )
+                record(name, variant)
         x = w = ref = None
 
 

@@ -8,6 +8,8 @@ make it so (bf16, weight, no residual):
   ``evict_first`` and stores y streaming (``.cs``), so y's lines do not push rows out of L2.
 - ``REVERSE``: pass 2 walks the chunks last to first: the chunks read last in pass 1 are the
   likeliest still cached.
+- ``STAGES``: pass 1's chunk loop software-pipelined (the next chunks' loads in flight while one
+  is summed), for more bytes in flight per SM than one 1024-thread program keeps.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ def wide_forward_kernel(
     PASS2_EVICT: tl.constexpr,  # "" or "evict_first"
     STORE_CACHE: tl.constexpr,  # "" or ".cs" (streaming)
     REVERSE: tl.constexpr,
+    STAGES: tl.constexpr,  # software pipelining of pass 1's chunk loop (1: none)
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * N
     y_row = Y + row * N
     cols = tl.arange(0, BLOCK)
     sum_sq = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, N, BLOCK):
+    for start in tl.range(0, N, BLOCK, num_stages=STAGES):
         c = start + cols
         mask = c < N
         x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy=PASS1_EVICT).to(tl.float32)
@@ -58,7 +61,7 @@ def wide_forward_kernel(
     tl.store(RSTD + row, rstd)
 
 
-def launch(x, w, eps, block, warps, hints, reverse):
+def launch(x, w, eps, block, warps, hints, reverse, stages=1):
     """``(y, rstd)`` of contiguous ``x (M, N)`` with weight ``w (N,)``."""
     m, n = x.shape
     y = torch.empty_like(x)
@@ -75,6 +78,7 @@ def launch(x, w, eps, block, warps, hints, reverse):
         PASS2_EVICT="evict_first" if hints else "",
         STORE_CACHE=".cs" if hints else "",
         REVERSE=reverse,
+        STAGES=stages,
         num_warps=warps,
     )
     return y, rstd
