@@ -14,6 +14,10 @@ Parts:
          per node), beside fwd+bwd of ours, F.rms_norm, Liger.
 - tree:  the in-launch dweight tree's fan-out at large M (TREE_LARGE), beside the sum finish.
 - pipe:  large M at 256-2048 columns (PIPE): pipelining stages x programs per SM.
+- rowsbwd: the several-rows backward tile at 256-2048 columns (PIPE): rows per step x programs
+         per SM x stages.
+- fwdmid: the forward at 1024-8192 columns (FWD_MID): the several-rows kernel at 1-4 rows x
+         warps, and one row per program x warps, beside the default.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
 - wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
@@ -352,6 +356,63 @@ def part_pipe(rows):
                 cfg = dataclasses.replace(grid, stages=stages)
                 _bwd_record(rows, "pipe", m, n, f"per_sm={per_sm} stages={stages}", cfg, inputs)
         del inputs
+
+
+def part_rowsbwd(rows):
+    """Backward alone in graph mode at 256-2048 columns (PIPE): the several-rows tile
+    (``BackwardConfig.rows``: rows per step x programs per SM x stages, 4 warps for tiles up to
+    2048 values, else 8) beside the default (one row per step)."""
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n, dtype in PIPE:
+        inputs = _bwd_inputs(m, n, dtype)
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        _bwd_record(rows, "rowsbwd", m, n, "default", base, inputs)
+        for tile_rows in (2, 4, 8):
+            warps = 4 if tile_rows * base.block <= 2048 else 8
+            for per_sm in (4, 8, 16):
+                grid = _grid(m, n, sm * per_sm, base)
+                for stages in (1, 3):
+                    cfg = dataclasses.replace(grid, rows=tile_rows, num_warps=warps, stages=stages)
+                    name = f"rows={tile_rows} w={warps} per_sm={per_sm} stages={stages}"
+                    _bwd_record(rows, "rowsbwd", m, n, name, cfg, inputs)
+        del inputs
+
+
+#: Shapes of part fwdmid: one-row-per-program forward widths where Liger / quack / Inductor led
+#: by 2-5% (bench 2026-11-30), and 1024 (rows kernel) for comparison.
+FWD_MID = [(4096, 4096), (16384, 4096), (16384, 2048), (32768, 2048), (8192, 8192), (65536, 1024)]
+
+
+def part_fwdmid(rows):
+    """Forward in graph mode: the default beside the several-rows kernel at 1-4 rows per program
+    x 4-16 warps, and one row per program at 4-16 warps."""
+    for m, n in FWD_MID:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        variants = [("default", None)]
+        for warps in (4, 8, 16):
+            variants.append((f"one row w={warps}", ForwardConfig(n, 0, warps)))
+            for tile_rows in (1, 2, 4):
+                if tile_rows * n <= 16384:
+                    variants.append(
+                        (f"rows={tile_rows} w={warps}", ForwardConfig(n, tile_rows, warps))
+                    )
+        for name, cfg in variants:
+            r = dict(part="fwdmid", M=m, N=n, variant=name, config=repr(cfg))
+            try:
+                if cfg is None:
+                    fn = functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype)
+                    err = 0.0
+                else:
+                    fn, err = fwd_variant(x, w, cfg)
+                us = graph_us(fn)
+                r.update(us=us, GBps=2 * m * n * x.element_size() / us / 1e3, max_err=err)
+            except Exception as e:  # noqa: BLE001
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        x = w = None
 
 
 def part_bwdq(rows):

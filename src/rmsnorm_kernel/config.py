@@ -82,6 +82,13 @@ PROGRAMS_PER_SM = {256: 16, 512: 8, 1024: 4, 2048: 2, 4096: 2, 8192: 2}  # wider
 #: 8 / 16 warps 505-570 (4 warps spill 64 bytes, 2 programs per SM still fit: more rows in
 #: flight); 16384: 8 warps 229.3 us vs 245.9 with 16 at 8192 rows (tune.py part wide).
 BWD_WARPS = {8192: 4, 16384: 8}
+#: Short 16-bit rows at large M: (rows per step, programs per SM, stages) of the several-rows
+#: backward (rmsnorm_backward_rows_kernel, 4 warps), keyed like BWD_PIPELINE. Graph replay,
+#: backward alone, bf16, in-launch tree (tune.py part rowsbwd, 2026-11-30): 262144 x 256 4 rows
+#: per step, 4 per SM, 3 stages 122.9 us vs 159.0 one row per step (2 rows, 8 per SM: 123.9;
+#: without pipelining none under 149); 131072 x 512 122.9 vs 126.8. Not at 1024 columns (2 rows
+#: 122.4 vs 122.1, 4 rows 127+) nor 2048 (72-200 vs 62.0); float32 rows were not measured.
+BWD_ROWS = {(256, 2): (4, 4, 3), (512, 2): (4, 8, 3)}
 #: Small M with the sum finish: at least this many rows per program, so the float64 partials
 #: (programs x N x 8 bytes) stay below the data read. 256 x 4096 bf16: 128 programs 8.4 us, 64
 #: 8.5; 1024 rows: 264 programs 14.7 us, 512 24.4.
@@ -174,7 +181,8 @@ class BackwardConfig:
     owning ``rows_per_program`` consecutive rows; ``tree``: finish dweight inside the launch over a
     fixed tree of ``fanout`` children per node (else a second, fixed-order sum launch);
     ``dw_float64``: accumulate each program's rows in float64; ``stages``: software pipelining
-    of the row loop.
+    of the row loop; ``rows``: rows per step of that loop (more than 1: a ``(rows, block)`` tile
+    per step, one-tile rows only).
     """
 
     block: int
@@ -186,6 +194,7 @@ class BackwardConfig:
     dw_float64: bool
     stages: int = BWD_STAGES
     fanout: int = TREE_FANOUT
+    rows: int = 1
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -216,6 +225,11 @@ class BackwardConfig:
             raise ContractValueError(f"BackwardConfig.fanout must be >= 2 (got {self.fanout})")
         if self.stages < 1:
             raise ContractValueError(f"BackwardConfig.stages must be >= 1 (got {self.stages})")
+        _check_block("BackwardConfig.rows", self.rows)
+        if self.rows > 1 and not self.one_tile:
+            raise ContractValueError(
+                f"BackwardConfig.rows > 1 needs one_tile (got rows={self.rows}, one_tile=False)"
+            )
 
 
 def _check_block(name: str, block: int) -> None:
@@ -234,12 +248,14 @@ def sm_count(device_index: int) -> int:
 
 
 def _row_warps(block: int) -> int:
-    """Warps of the one-row forward kernel: 4 warps were fastest or equal up to 8192 columns
-    (2048: 70.5 us vs 74.2 with 8), 8 at 16384 (72.8 vs 74.6 with 16, 79.5 with 4), 32 at 32768
+    """Warps of the one-row forward kernel: 4 warps at 2048 columns (70.5 us vs 74.2 with 8;
+    graph replay 34.4 vs 36.3 at 16384 rows) and 8192 (67.3 us with 4 or 8), 8 at 4096 (graph
+    replay, tune.py part fwdmid, 2026-11-30: 16384 rows 66.9 us vs 68.0 with 4, 75.8 with 16;
+    4096 rows 18.4 vs 19.0 / 21.3) and 16384 (72.8 vs 74.6 with 16, 79.5 with 4), 32 at 32768
     (77.9 vs 78.4 with 16)."""
     if block >= 32768:
         return 32
-    if block >= 16384:
+    if block >= 16384 or block == 4096:
         return 8
     return 4
 
@@ -294,12 +310,14 @@ def backward_config(
     tiles = 1 if one_tile else triton.cdiv(n, block)
     small = one_tile and block <= SMALL_MAX_BLOCK and m <= SMALL_M
     tree = n <= TREE_ALWAYS_N and not small
+    tile_rows = None if small or float64 else BWD_ROWS.get((block, itemsize))
     if device_index is None:
         groups = INTERPRETER_PROGRAMS  # per column tile, so CPU tests cover tiles x a tree
     elif small and per_sm is None:
         groups = SMALL_GROUPS
     else:
-        per_sm = programs_per_sm(block) if per_sm is None else per_sm
+        if per_sm is None:
+            per_sm = tile_rows[1] if tile_rows else programs_per_sm(block)
         groups = max(1, sm_count(device_index) * per_sm // tiles)
     budget = max(1, DW_SCRATCH_BYTES // (n * 8))  # float64 partials
     min_rows = SMALL_ROWS_PER_PROGRAM if small else MIN_ROWS_PER_PROGRAM
@@ -311,13 +329,16 @@ def backward_config(
     warps = _bwd_warps(block) if one_tile else BWD_TILE_WARPS
     if one_tile and not dw_float64:
         warps = BWD_WARPS.get(block, warps)
-    stages = BWD_STAGES
+    stages, rows = BWD_STAGES, 1
     # Not for float64 rows: 3 stages of two 4096-wide float64 rows would ask for ~192 KiB of
     # shared memory (over the H200's 227 KiB with the kernel's own).
     if small and not float64 and block >= SMALL_PIPELINE_MIN_BLOCK:
         stages = SMALL_STAGES
+    elif tile_rows:
+        rows, _, stages = tile_rows
+        warps = 4
     elif one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
         stages = BWD_PIPELINE.get((block, itemsize), BWD_STAGES)
     return BackwardConfig(
-        block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages
+        block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages, rows=rows
     )

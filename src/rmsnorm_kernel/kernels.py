@@ -250,6 +250,53 @@ def _dweight_tree_finish(
             tl.store(DW + cols, acc.to(tl.float32).to(DW.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _dx(u, x, rstd, mean_ux):
+    """dx of a row (or rows: ``rstd`` and ``mean_ux`` broadcast against ``u`` and ``x``)."""
+    return (u - x * (rstd * rstd * mean_ux)) * rstd
+
+
+@triton.jit
+def _dw_term(dy, x, rstd, LLAMA: tl.constexpr, X_DTYPE: tl.constexpr, DW_ACC: tl.constexpr):
+    """One row's (or rows') dweight term, in DW_ACC."""
+    if LLAMA:
+        # The weight multiplied the normalised value rounded to X's dtype: so does dw.
+        xr = (x * rstd).to(X_DTYPE)
+        return dy.to(DW_ACC) * xr.to(DW_ACC)
+    else:
+        # float32: for 16-bit inputs dy * x is exact, the product with rstd rounds once;
+        # float64: every term is exact up to rstd's own rounding.
+        return (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
+
+
+@triton.jit
+def _dweight_finish(
+    dw,  # (BLOCK,) this program's partial over its rows, DW_ACC
+    DW,
+    DW_PARTIAL,
+    COUNTERS,  # this column tile's counters
+    pid,
+    groups,
+    N,
+    cols,
+    mask,
+    TREE: tl.constexpr,
+    FANOUT: tl.constexpr,
+):
+    """Partials meet in float64: the sum adds no visible error, whatever the number of groups.
+    Either over the fixed tree now, or stored for the sum launch."""
+    if TREE:
+        _dweight_tree_finish(
+            dw.to(tl.float64), DW, DW_PARTIAL, COUNTERS, pid, groups, N, cols, mask, FANOUT
+        )
+    else:
+        # In DW_ACC (float32 rows: half the bytes of float64); the sum launch widens each
+        # value exactly, so dweight's bits are those of float64 partials.
+        tl.store(
+            DW_PARTIAL + pid.to(tl.int64) * N + cols, dw.to(DW_PARTIAL.dtype.element_ty), mask=mask
+        )
+
+
 @triton.jit(do_not_specialize=["M", "rows_per_program"])
 def rmsnorm_backward_kernel(
     DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
@@ -311,42 +358,99 @@ def rmsnorm_backward_kernel(
             mean_ux = tl.sum(u * x, axis=0) / N
         else:
             mean_ux = tl.load(MEAN_UX + row)
-        dx = (u - x * (rstd * rstd * mean_ux)) * rstd
+        dx = _dx(u, x, rstd, mean_ux)
         if HAS_DH:
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
-            if LLAMA:
-                # The weight multiplied the normalised value rounded to X's dtype: so does dw.
-                xr = (x * rstd).to(X.dtype.element_ty)
-                dw += dy.to(DW_ACC) * xr.to(DW_ACC)
-            else:
-                # float32: for 16-bit inputs dy * x is exact, the product with rstd rounds once;
-                # float64: every term is exact up to rstd's own rounding.
-                dw += (dy.to(DW_ACC) * x.to(DW_ACC)) * rstd.to(DW_ACC)
+            dw += _dw_term(dy, x, rstd, LLAMA, X.dtype.element_ty, DW_ACC)
     if HAS_WEIGHT:
-        # Partials meet in float64: the sum adds no visible error, whatever the number of groups.
-        if TREE:
-            _dweight_tree_finish(
-                dw.to(tl.float64),
-                DW,
-                DW_PARTIAL,
-                COUNTERS + tile * groups,
-                pid,
-                groups,
-                N,
-                cols,
-                mask,
-                FANOUT,
-            )
+        _dweight_finish(
+            dw, DW, DW_PARTIAL, COUNTERS + tile * groups, pid, groups, N, cols, mask, TREE, FANOUT
+        )
+
+
+@triton.jit(do_not_specialize=["M", "rows_per_program"])
+def rmsnorm_backward_rows_kernel(
+    DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
+    X,  # pointer to the normalised input rows (x, or x + residual), row stride stride_x
+    W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
+    RSTD,  # pointer to the inverse RMS per row saved by the forward pass (M,)
+    DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
+    DX,  # pointer to the input gradient (M, N), contiguous
+    DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
+    DW_PARTIAL,  # pointer to the per-program dweight partials (groups, N), as in the row kernel
+    COUNTERS,  # pointer to int32 tree counters (groups,), zero on entry and on exit
+    stride_dy,
+    stride_x,
+    stride_dh,
+    stride_w,  # elements between two values of W
+    M,  # number of rows
+    N,  # data width
+    rows_per_program,  # program p owns rows [p * rows_per_program, (p + 1) * rows_per_program)
+    offset,  # u = dy * (offset + w): float32 high part ...
+    offset_lo,  # ... and low part
+    HAS_WEIGHT: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    LLAMA: tl.constexpr,
+    ACC: tl.constexpr,
+    DW_ACC: tl.constexpr,
+    BLOCK: tl.constexpr,  # >= N, a power of two: whole rows
+    ROWS: tl.constexpr,  # rows per step: a (ROWS, BLOCK) tile
+    STAGES: tl.constexpr,  # software pipelining depth of the step loop
+    TREE: tl.constexpr,
+    FANOUT: tl.constexpr,
+):
+    """Short rows: the backward of :func:`rmsnorm_backward_kernel` (one tile per row), ``ROWS``
+    rows per step, so each step moves enough bytes and its ROWS row reductions run side by side
+    instead of one after another. The weight is read once per program.
+
+    dweight: each of the ROWS lanes sums its rows in order; the lanes are summed once at the end
+    (a fixed reduction of the compiled kernel), so the partial is a fixed-order sum.
+    """
+    pid = tl.program_id(0)
+    groups = tl.num_programs(0)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    row_start = pid.to(tl.int64) * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    cols = tl.arange(0, BLOCK)
+    col_mask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols * stride_w, mask=col_mask, other=0.0).to(ACC) + offset
+    dw = tl.zeros([ROWS, BLOCK], dtype=DW_ACC)
+    for first in tl.range(row_start, row_end, ROWS, num_stages=STAGES):
+        rows = first + tl.arange(0, ROWS)
+        row_mask = rows < row_end
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)[:, None]
+        if HAS_WEIGHT:
+            u = dy * w[None, :]
         else:
-            # In DW_ACC (float32 rows: half the bytes of float64); the sum launch widens each
-            # value exactly, so dweight's bits are those of float64 partials.
-            tl.store(
-                DW_PARTIAL + pid.to(tl.int64) * N + cols,
-                dw.to(DW_PARTIAL.dtype.element_ty),
-                mask=mask,
-            )
+            u = dy
+        mean_ux = (tl.sum(u * x, axis=1) / N)[:, None]
+        dx = _dx(u, x, rstd, mean_ux)
+        if HAS_DH:
+            dh = tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0)
+            dx += dh.to(ACC)
+        tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_WEIGHT:
+            dw += _dw_term(dy, x, rstd, LLAMA, X.dtype.element_ty, DW_ACC)  # masked rows add 0
+    if HAS_WEIGHT:
+        _dweight_finish(
+            tl.sum(dw, axis=0),
+            DW,
+            DW_PARTIAL,
+            COUNTERS,
+            pid,
+            groups,
+            N,
+            cols,
+            col_mask,
+            TREE,
+            FANOUT,
+        )
 
 
 @triton.jit

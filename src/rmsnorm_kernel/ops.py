@@ -44,6 +44,9 @@ ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel, fresh=("MEAN_UX",))
 BACKWARD = CachedKernel(
     kernels.rmsnorm_backward_kernel, fresh=("MEAN_UX", "DX", "DW", "DW_PARTIAL", "COUNTERS")
 )
+BACKWARD_ROWS = CachedKernel(
+    kernels.rmsnorm_backward_rows_kernel, fresh=("DX", "DW", "DW_PARTIAL", "COUNTERS")
+)
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel, fresh=("PARTIAL", "DW"))
 
 
@@ -281,17 +284,30 @@ def launch_backward(
         dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
     else:
         dh, sdh = dy2, 0
-    BACKWARD.launch(
-        (groups, tiles),
-        (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)
-        + (config.rows_per_program,),
-        offsets,
-        (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
-        + (config.stages, tree, config.fanout),
-        config.num_warps,
-        1,
-        index,
-    )
+    if config.rows > 1:
+        BACKWARD_ROWS.launch(
+            (groups,),
+            (dy2, x2, w, rstd, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)
+            + (config.rows_per_program,),
+            offsets,
+            (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
+            + (config.rows, config.stages, tree, config.fanout),
+            config.num_warps,
+            1,
+            index,
+        )
+    else:
+        BACKWARD.launch(
+            (groups, tiles),
+            (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)
+            + (config.rows_per_program,),
+            offsets,
+            (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
+            + (config.stages, tree, config.fanout),
+            config.num_warps,
+            1,
+            index,
+        )
     if has_w and not tree:
         DW_SUM.launch(
             (-(-n // SUM_BLOCK_N),),

@@ -40,11 +40,15 @@ def test_4096_columns_use_the_sum_finish_with_the_measured_grid(h200, m, groups,
 
 
 def test_narrow_rows_keep_the_in_launch_tree_past_small_m(h200):
-    for m, n, per_sm, stages in ((262144, 256, 16, 1), (131072, 512, 8, 3), (65536, 1024, 4, 4)):
+    for m, n, per_sm, stages, tile in (
+        (262144, 256, 4, 3, 4),  # 4 rows per step: 122.9 us vs 159.0 one row (part rowsbwd)
+        (131072, 512, 8, 3, 4),  # 122.9 vs 126.8
+        (65536, 1024, 4, 4, 1),  # one row per step, 4 stages (part pipe)
+    ):
         cfg = config.backward_config(m, n, 0)
         assert cfg.tree and cfg.dw_float64
         rows = -(-m // (per_sm * H200_SMS))  # per_sm programs per SM, none without rows
-        assert (cfg.rows_per_program, cfg.stages) == (rows, stages)  # tune.py part pipe
+        assert (cfg.rows_per_program, cfg.stages, cfg.rows) == (rows, stages, tile)
         assert cfg.fanout == config.TREE_FANOUT == 8  # 129.3 us vs 140.9 binary at 65536 x 1024
         cfg.check(m, n)
 
@@ -76,6 +80,21 @@ def test_float32_rows_at_4096_columns_take_the_measured_stage_count(h200):
 def test_float64_math_is_never_pipelined(h200):
     cfg = config.backward_config(16384, 4096, 0, float64=True)
     assert cfg.stages == 1 and cfg.dw_float64
+    cfg = config.backward_config(262144, 256, 0, float64=True)
+    assert (cfg.stages, cfg.rows) == (1, 1)
+
+
+def test_several_rows_per_step_only_where_measured(h200):
+    """16-bit rows of 256 / 512 at large M only: not float32 rows, not small M."""
+    assert config.backward_config(262144, 256, 0, itemsize=4).rows == 1
+    assert config.backward_config(2048, 256, 0).rows == 1  # small M: its own grid
+    assert config.backward_config(4096, 256, 0).rows == 4  # a few steps per program still
+
+
+def test_forward_warps_of_one_row(h200):
+    """8 warps at 4096 columns (66.9 us vs 68.0 with 4 at 16384 rows), 4 at 2048 and 8192."""
+    warps = {n: config.forward_config(16384, n, 0).num_warps for n in (2048, 4096, 8192, 16384)}
+    assert warps == {2048: 4, 4096: 8, 8192: 4, 16384: 8}
 
 
 def test_every_program_owns_rows_and_the_grid_depends_on_shape_only(h200):

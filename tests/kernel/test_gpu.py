@@ -43,7 +43,8 @@ def test_wide_rows_float32_dweight_rows_gpu(m, n, dtype):
 
 
 @pytest.mark.parametrize(
-    "m,n", [(65536, 4096), (4097, 4096), (4097, 8192), (1000, 16384), (100_000, 128)]
+    "m,n",
+    [(65536, 4096), (4097, 4096), (4097, 8192), (1000, 16384), (100_000, 128), (262_147, 256)],
 )
 def test_many_rows_no_scratch_cap(m, n):
     """The tutorial capped M*N*4 bytes of scratch at 64 MiB; the persistent grid has no M cap.
@@ -75,9 +76,9 @@ def test_dweight_bitwise_deterministic_at_scale():
     assert torch.equal(grads[0], grads[1]) and torch.equal(grads[1], grads[2])
 
 
-def test_int64_offsets_over_2_31_elements():
-    n = 65536
-    m = (2**31) // n + 3  # 2**31 + 3 * 65536 elements
+@pytest.mark.parametrize("n", [65536, 256])  # 256: the several-rows backward (rows > 1)
+def test_int64_offsets_over_2_31_elements(n):
+    m = (2**31) // n + 3  # 3 rows past 2**31 elements
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(n, device="cuda", dtype=torch.bfloat16) + 0.5
     y = rk.rmsnorm(x, w, 1e-6)
@@ -138,15 +139,15 @@ def test_cached_launches_run_and_stay_correct():
     misaligned view is another specialisation (compiled path first), and both stay correct."""
     from rmsnorm_kernel import ops
 
-    kernels = (ops.FORWARD, ops.FORWARD_ROWS, ops.BACKWARD)
+    kernels = (ops.FORWARD, ops.FORWARD_ROWS, ops.BACKWARD, ops.BACKWARD_ROWS)
     before = [dict(k.launches) for k in kernels]
-    for n in (257, 4096):
+    for m, n in ((64, 257), (64, 4096), (4096, 256)):  # 4096 x 256: the several-rows backward
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         for _ in range(3):
             check_against_oracle(
-                torch.randn(64, n, device="cuda", dtype=torch.bfloat16), w, torch.bfloat16
+                torch.randn(m, n, device="cuda", dtype=torch.bfloat16), w, torch.bfloat16
             )
-        base = torch.randn(64, n + 1, device="cuda", dtype=torch.bfloat16)
+        base = torch.randn(m, n + 1, device="cuda", dtype=torch.bfloat16)
         check_against_oracle(base[:, 1:], w, torch.bfloat16)  # data_ptr not 16-byte aligned
     for kernel, old in zip(kernels, before, strict=True):
         assert kernel.launches["cached"] >= old["cached"] + 2, kernel.fn
