@@ -18,6 +18,8 @@ Parts:
          per SM x stages.
 - fwdmid: the forward at 1024-8192 columns (FWD_MID): the several-rows kernel at 1-4 rows x
          warps, and one row per program x warps, beside the default.
+- narrow: short rows (NARROW, 256-1024): forward rows kernel at rows x warps, several-rows
+         backward at rows x warps x programs per SM.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
 - wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
@@ -413,6 +415,48 @@ def part_fwdmid(rows):
             rows.append(r)
             print(json.dumps(r), flush=True)
         x = w = None
+
+
+#: Shapes of part narrow: short rows where Inductor / quack lead (bench 2026-11-30, session 23:
+#: 131072 x 512 fwd 68.8 us vs 64.9, fwd+bwd 191.0 vs 174.6; 65536 x 1024 193.2 vs 175.1).
+NARROW = [(262144, 256), (131072, 512), (65536, 1024)]
+
+
+def part_narrow(rows):
+    """Short rows in graph mode: the forward's rows kernel at rows x warps, then the several-rows
+    backward at rows x warps x programs per SM (3 stages)."""
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n in NARROW:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        for tile_rows in (1, 2, 4, 8, 16, 32):
+            for warps in (1, 2, 4, 8):
+                if tile_rows * n > 16384 or tile_rows * n < 32 * warps:
+                    continue
+                cfg = ForwardConfig(n, tile_rows, warps)
+                r = dict(part="narrow", M=m, N=n, variant=f"fwd rows={tile_rows} w={warps}")
+                try:
+                    fn, err = fwd_variant(x, w, cfg)
+                    us = graph_us(fn)
+                    r.update(us=us, GBps=2 * m * n * 2 / us / 1e3, max_err=err)
+                except Exception as e:  # noqa: BLE001
+                    r["error"] = repr(e)[:300]
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+        x = w = None
+        inputs = _bwd_inputs(m, n)
+        base = backward_config(m, n, 0)
+        _bwd_record(rows, "narrow", m, n, "bwd default", base, inputs)
+        for tile_rows in (2, 4, 8):
+            for warps in (2, 4, 8):
+                for per_sm in (4, 8, 16):
+                    cfg = dataclasses.replace(
+                        _grid(m, n, sm * per_sm, base), rows=tile_rows, num_warps=warps, stages=3
+                    )
+                    name = f"bwd rows={tile_rows} w={warps} per_sm={per_sm}"
+                    _bwd_record(rows, "narrow", m, n, name, cfg, inputs)
+        del inputs
 
 
 def part_bwdq(rows):

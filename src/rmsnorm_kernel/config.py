@@ -35,7 +35,11 @@ ROWS_MAX_N = 1024
 #: Values per program in the several-rows kernel (ROWS * BLOCK): 4096 was fastest or within 2%
 #: from 128 to 1024 columns, with 8 warps up to 256 columns and 4 warps above (70.6, 70.0, 72.2,
 #: 71.4 us at 128, 256, 512, 1024 columns).
+#: At 512 and 1024 columns half that tile (graph replay, tune.py part narrow, 2026-11-30): 131072
+#: x 512 4 rows 65.7 us vs 68.7 with 8 (bench: 68.8, Inductor 64.9); 65536 x 1024 2 rows 65.9 vs
+#: 67.3 with 4. 256 columns keep 16 rows at 8 warps (65.0 us; 8 rows 65.6-69.2).
 ROWS_TILE = 4096
+ROWS_TILE_BY_BLOCK = {512: 2048, 1024: 2048}
 #: Fewer rows per program while the grid would leave SMs idle: below this many programs per SM
 #: (128 x 257 in 16 programs of 8 rows took 2.1 us, one row per program 1.6).
 ROWS_MIN_PROGRAMS_PER_SM = 2
@@ -266,7 +270,7 @@ def forward_config(m: int, n: int, device_index: int | None) -> ForwardConfig:
     ``device_index`` (None: the interpreter)."""
     if n <= ROWS_MAX_N:
         block = triton.next_power_of_2(n)
-        rows = max(1, ROWS_TILE // block)
+        rows = max(1, ROWS_TILE_BY_BLOCK.get(block, ROWS_TILE) // block)
         warps = 8 if block <= 256 else 4
         if device_index is not None:
             programs = ROWS_MIN_PROGRAMS_PER_SM * sm_count(device_index)

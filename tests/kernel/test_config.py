@@ -103,3 +103,14 @@ def test_every_program_owns_rows_and_the_grid_depends_on_shape_only(h200):
             cfg = config.backward_config(m, n, 0)
             cfg.check(m, n)  # (groups - 1) * rows_per_program < M <= groups * rows_per_program
             assert cfg == config.backward_config(m, n, 0)
+
+
+def test_forward_rows_per_program_of_short_rows(h200):
+    """Several rows per program up to 1024 columns: 16 x 256 at 8 warps, then 2048-value tiles
+    at 512 and 1024 (65.7 us vs 68.7 with 4096-value tiles at 131072 x 512)."""
+    got = {n: config.forward_config(1 << 20, n, 0) for n in (256, 512, 1024)}
+    assert {n: (c.rows, c.num_warps) for n, c in got.items()} == {
+        256: (16, 8),
+        512: (4, 4),
+        1024: (2, 4),
+    }
