@@ -26,6 +26,8 @@ Parts:
          stages beside the default and the previous backward; one-row forward warps.
 - widefwd: the forward of rows >= 32768 wide (WIDE_FWD) in graph mode: the default beside
          wide_forward.py's chunk x warps x cache hints x pass-2 order variants.
+- splitfwd: the forward of rows >= 32768 wide (WIDE_FWD) over several cooperating programs per
+         row (wide_forward.py's split-row kernel) beside the default.
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
@@ -586,6 +588,41 @@ def part_widefwd(rows):
                     wide_forward.launch, x, w, EPS, block, warps, True, True, stages
                 )
                 record(name, variant)
+        x = w = ref = None
+
+
+def part_splitfwd(rows):
+    """Forward of wide rows in graph mode: the default beside wide_forward.py's split-row kernel
+    (SPLIT cooperating programs per row, the slice kept in registers: x read once), SPLIT x
+    warps, its output checked against F.rms_norm and for bitwise repeats."""
+    import wide_forward
+
+    for m, n in WIDE_FWD:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
+        gb = 2 * m * n * x.element_size() / 1e9
+        variants = [("default", lambda: ops.launch_forward(x, w, None, EPS, 0.0, x.dtype))]  # noqa: B023
+        for split in (2, 4, 8, 16, 32):
+            block = triton.next_power_of_2(triton.cdiv(n, split))
+            for warps in (4, 8, 16, 32):
+                if not 8 <= block // (32 * warps) <= 64:
+                    continue
+                fn = functools.partial(wide_forward.launch_split, x, w, EPS, split, warps)
+                variants.append((f"split={split} block={block} w={warps}", fn))
+        for name, fn in variants:
+            r = dict(part="splitfwd", M=m, N=n, variant=name)
+            try:
+                y0 = fn()[0]
+                err = (y0.float() - ref).abs().max().item()
+                same = bool(torch.equal(fn()[0], y0))
+                us = graph_us(fn)
+                r.update(us=us, GBps=gb / us * 1e6, max_err=err, repeat_equal=same)
+            except Exception as e:  # noqa: BLE001
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
         x = w = ref = None
 
 

@@ -82,3 +82,65 @@ def launch(x, w, eps, block, warps, hints, reverse, stages=1):
         num_warps=warps,
     )
     return y, rstd
+
+
+@triton.jit
+def split_row_forward_kernel(
+    X,
+    W,
+    Y,
+    RSTD,
+    PART,  # (M, SPLIT) float32: each slice's sum of squares
+    COUNT,  # (M,) int32 tickets, never reset: each launch adds SPLIT per row
+    N,
+    eps,
+    SPLIT: tl.constexpr,  # programs per row
+    BLOCK: tl.constexpr,  # columns per program (SPLIT * BLOCK >= N)
+):
+    """One row over SPLIT cooperating programs, its slice kept in registers: each program stores
+    its slice's sum of squares, takes a ticket (an integer atomic, release), then waits until the
+    row's SPLIT tickets of this launch are in (acquire) and adds the SPLIT partials in index order
+    (every program the same order: the same rstd). x is read once, never twice.
+
+    Relies on the row's programs (consecutive program ids) running concurrently: true of the
+    in-order dispatch of NVIDIA GPUs with at least SPLIT programs resident, not a CUDA guarantee,
+    and never true in Triton's interpreter (one program at a time) unless SPLIT == 1.
+    """
+    pid = tl.program_id(0)
+    row = (pid // SPLIT).to(tl.int64)
+    part = pid % SPLIT
+    cols = part * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(PART + row * SPLIT + part, tl.sum(x * x, axis=0))
+    tl.debug_barrier()  # the partial's store happens before the release below
+    ticket = tl.atomic_add(COUNT + row, 1, sem="acq_rel", scope="gpu")
+    target = (ticket // SPLIT + 1) * SPLIT  # this launch's last ticket + 1
+    seen = ticket + 1
+    while seen < target:
+        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    parts = tl.load(PART + row * SPLIT + tl.arange(0, SPLIT), cache_modifier=".cg")
+    rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    if part == 0:
+        tl.store(RSTD + row, rstd)
+
+
+_COUNTS: dict = {}
+
+
+def launch_split(x, w, eps, split, warps):
+    """``(y, rstd)`` of contiguous ``x (M, N)`` over ``split`` programs per row."""
+    m, n = x.shape
+    block = triton.next_power_of_2(triton.cdiv(n, split))
+    y = torch.empty_like(x)
+    rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
+    part = torch.empty((m, split), device=x.device, dtype=torch.float32)
+    key = (x.device, m)
+    if key not in _COUNTS:  # allocated once: a memset per launch would cost a launch
+        _COUNTS[key] = torch.zeros(m, device=x.device, dtype=torch.int32)
+    split_row_forward_kernel[(m * split,)](
+        x, w, y, rstd, part, _COUNTS[key], n, eps, SPLIT=split, BLOCK=block, num_warps=warps
+    )
+    return y, rstd
