@@ -80,6 +80,25 @@ def fwd_variant(x, w, cfg: ForwardConfig):
     return run, err
 
 
+def _fwd_record(rows, part, m, n, name, x, w, cfg):
+    """Time one forward config in graph mode (``cfg=None``: the launcher's default) and record
+    ``us``, ``GBps`` (2MNs bytes) and the max error vs F.rms_norm, or the error that stopped it."""
+    r = dict(part=part, M=m, N=n, variant=name, config=repr(cfg))
+    try:
+        if cfg is None:
+            fn = functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype)
+            err = (fn()[0].float() - F.rms_norm(x.float(), (n,), w.float(), EPS)).abs().max()
+            err = err.item()
+        else:
+            fn, err = fwd_variant(x, w, cfg)
+        us = graph_us(fn)
+        r.update(us=us, GBps=2 * m * n * x.element_size() / us / 1e3, max_err=err)
+    except Exception as e:  # noqa: BLE001 - keep sweeping, record why
+        r["error"] = repr(e)[:300]
+    rows.append(r)
+    print(json.dumps(r), flush=True)
+
+
 def part_fwd(rows):
     def record(**r):
         rows.append(dict(part="fwd", **r))
@@ -403,19 +422,7 @@ def part_fwdmid(rows):
                         (f"rows={tile_rows} w={warps}", ForwardConfig(n, tile_rows, warps))
                     )
         for name, cfg in variants:
-            r = dict(part="fwdmid", M=m, N=n, variant=name, config=repr(cfg))
-            try:
-                if cfg is None:
-                    fn = functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype)
-                    err = 0.0
-                else:
-                    fn, err = fwd_variant(x, w, cfg)
-                us = graph_us(fn)
-                r.update(us=us, GBps=2 * m * n * x.element_size() / us / 1e3, max_err=err)
-            except Exception as e:  # noqa: BLE001
-                r["error"] = repr(e)[:300]
-            rows.append(r)
-            print(json.dumps(r), flush=True)
+            _fwd_record(rows, "fwdmid", m, n, name, x, w, cfg)
         x = w = None
 
 
@@ -437,15 +444,7 @@ def part_narrow(rows):
                 if tile_rows * n > 16384 or tile_rows * n < 32 * warps:
                     continue
                 cfg = ForwardConfig(n, tile_rows, warps)
-                r = dict(part="narrow", M=m, N=n, variant=f"fwd rows={tile_rows} w={warps}")
-                try:
-                    fn, err = fwd_variant(x, w, cfg)
-                    us = graph_us(fn)
-                    r.update(us=us, GBps=2 * m * n * 2 / us / 1e3, max_err=err)
-                except Exception as e:  # noqa: BLE001
-                    r["error"] = repr(e)[:300]
-                rows.append(r)
-                print(json.dumps(r), flush=True)
+                _fwd_record(rows, "narrow", m, n, f"fwd rows={tile_rows} w={warps}", x, w, cfg)
         x = w = None
         inputs = _bwd_inputs(m, n)
         base = backward_config(m, n, 0)
@@ -532,20 +531,20 @@ def part_wide(rows):
             if 32 * warps > n:
                 continue
             cfg = ForwardConfig(triton.next_power_of_2(n), 0, warps)
-            rec = dict(part="wide", M=m, N=n, variant=f"forward w={warps}")
-            try:
-                fn, err = fwd_variant(x, w, cfg)
-                us = graph_us(fn)
-                rec.update(us=us, GBps=2 * m * n * x.element_size() / us / 1e3, max_err=err)
-            except Exception as e:  # noqa: BLE001
-                rec["error"] = repr(e)[:300]
-            rows.append(rec)
-            print(json.dumps(rec), flush=True)
+            _fwd_record(rows, "wide", m, n, f"forward w={warps}", x, w, cfg)
         inputs = x = w = dy = rstd = None  # free before the next shape
 
 
 #: Shapes of part widefwd: rows the forward walks twice in chunks (quack led 1.4x at 4096 x 65536).
 WIDE_FWD = [(1024, 65536), (4096, 65536), (512, 131072), (2048, 32768)]
+
+
+def _wide_inputs(m, n):
+    """bf16 ``x (m, n)``, ``w (n,)``, F.rms_norm's float32 output and the forward's GB moved."""
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    return x, w, F.rms_norm(x.float(), (n,), w.float(), EPS), 2 * m * n * x.element_size() / 1e9
 
 
 def part_widefwd(rows):
@@ -554,11 +553,7 @@ def part_widefwd(rows):
     import wide_forward
 
     for m, n in WIDE_FWD:
-        torch.manual_seed(0)
-        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
-        gb = 2 * m * n * x.element_size() / 1e9
+        x, w, ref, gb = _wide_inputs(m, n)
 
         def record(name, fn, m=m, n=n, ref=ref, gb=gb):
             r = dict(part="widefwd", M=m, N=n, variant=name)
@@ -598,11 +593,7 @@ def part_splitfwd(rows):
     import wide_forward
 
     for m, n in WIDE_FWD:
-        torch.manual_seed(0)
-        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
-        gb = 2 * m * n * x.element_size() / 1e9
+        x, w, ref, gb = _wide_inputs(m, n)
         variants = [("default", lambda: ops.launch_forward(x, w, None, EPS, 0.0, x.dtype))]  # noqa: B023
         for split in (2, 4, 8, 16, 32):
             block = triton.next_power_of_2(triton.cdiv(n, split))
