@@ -16,6 +16,7 @@ Parts:
 - pipe:  large M at 256-2048 columns (PIPE): pipelining stages x programs per SM.
 - rowsbwd: the several-rows backward tile at 256-2048 columns (PIPE): rows per step x programs
          per SM x stages.
+- rowsbwd32: the same on float32 rows (ROWS32).
 - fwdmid: the forward at 1024-8192 columns (FWD_MID): the several-rows kernel at 1-4 rows x
          warps, and one row per program x warps, beside the default.
 - narrow: short rows (NARROW, 256-1024): forward rows kernel at rows x warps, several-rows
@@ -381,15 +382,15 @@ def part_pipe(rows):
         del inputs
 
 
-def part_rowsbwd(rows):
+def part_rowsbwd(rows, shapes=PIPE, part="rowsbwd"):
     """Backward alone in graph mode at 256-2048 columns (PIPE): the several-rows tile
     (``BackwardConfig.rows``: rows per step x programs per SM x stages, 4 warps for tiles up to
     2048 values, else 8) beside the default (one row per step)."""
     sm = torch.cuda.get_device_properties(0).multi_processor_count
-    for m, n, dtype in PIPE:
+    for m, n, dtype in shapes:
         inputs = _bwd_inputs(m, n, dtype)
         base = backward_config(m, n, 0, itemsize=dtype.itemsize)
-        _bwd_record(rows, "rowsbwd", m, n, "default", base, inputs)
+        _bwd_record(rows, part, m, n, "default", base, inputs)
         for tile_rows in (2, 4, 8):
             warps = 4 if tile_rows * base.block <= 2048 else 8
             for per_sm in (4, 8, 16):
@@ -397,8 +398,17 @@ def part_rowsbwd(rows):
                 for stages in (1, 3):
                     cfg = dataclasses.replace(grid, rows=tile_rows, num_warps=warps, stages=stages)
                     name = f"rows={tile_rows} w={warps} per_sm={per_sm} stages={stages}"
-                    _bwd_record(rows, "rowsbwd", m, n, name, cfg, inputs)
+                    _bwd_record(rows, part, m, n, name, cfg, inputs)
         del inputs
+
+
+#: float32 rows for part rowsbwd32 (32M elements: 128 MB per tensor), where BWD_ROWS is unmeasured.
+ROWS32 = [(131072, 256, torch.float32), (65536, 512, torch.float32), (32768, 1024, torch.float32)]
+
+
+def part_rowsbwd32(rows):
+    """part rowsbwd on float32 rows (ROWS32)."""
+    part_rowsbwd(rows, ROWS32, "rowsbwd32")
 
 
 #: Shapes of part fwdmid: one-row-per-program forward widths where Liger / quack / Inductor led
