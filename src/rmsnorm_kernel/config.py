@@ -91,8 +91,11 @@ BWD_WARPS = {8192: 4, 16384: 8}
 #: backward alone, bf16, in-launch tree (tune.py part rowsbwd, 2026-11-30): 262144 x 256 4 rows
 #: per step, 4 per SM, 3 stages 122.9 us vs 159.0 one row per step (2 rows, 8 per SM: 123.9;
 #: without pipelining none under 149); 131072 x 512 122.9 vs 126.8. Not at 1024 columns (2 rows
-#: 122.4 vs 122.1, 4 rows 127+) nor 2048 (72-200 vs 62.0); float32 rows were not measured.
-BWD_ROWS = {(256, 2): (4, 4, 3), (512, 2): (4, 8, 3)}
+#: 122.4 vs 122.1, 4 rows 127+) nor 2048 (72-200 vs 62.0).
+#: float32 rows (part rowsbwd32, 32M elements): 32768 x 1024 2 rows, 8 per SM, 3 stages 117.0 us
+#: vs 127.9 one row; 65536 x 512 4 rows 112.4 vs 117.9; 256 columns within 3% (110.9 vs 114.0):
+#: one row per step there.
+BWD_ROWS = {(256, 2): (4, 4, 3), (512, 2): (4, 8, 3), (512, 4): (4, 8, 3), (1024, 4): (2, 8, 3)}
 #: Small M with the sum finish: at least this many rows per program, so the float64 partials
 #: (programs x N x 8 bytes) stay below the data read. 256 x 4096 bf16: 128 programs 8.4 us, 64
 #: 8.5; 1024 rows: 264 programs 14.7 us, 512 24.4.

@@ -85,8 +85,10 @@ def test_float64_math_is_never_pipelined(h200):
 
 
 def test_several_rows_per_step_only_where_measured(h200):
-    """16-bit rows of 256 / 512 at large M only: not float32 rows, not small M."""
-    assert config.backward_config(262144, 256, 0, itemsize=4).rows == 1
+    """Where measured only: 16-bit rows of 256 / 512, float32 rows of 512 / 1024, past small M."""
+    assert config.backward_config(262144, 256, 0, itemsize=4).rows == 1  # within 3%: not taken
+    assert config.backward_config(32768, 1024, 0, itemsize=4).rows == 2  # 117.0 us vs 127.9
+    assert config.backward_config(65536, 1024, 0, itemsize=2).rows == 1  # 16-bit: no gain
     assert config.backward_config(2048, 256, 0).rows == 1  # small M: its own grid
     assert config.backward_config(4096, 256, 0).rows == 4  # a few steps per program still
 
