@@ -1,0 +1,167 @@
+"""Property test: every valid launch config computes the same function.
+
+The heuristics (``config.py``) pick one geometry per shape, and tuning moves them; whatever they
+pick must be right. Drawn here: a shape, a dtype, a weight (or none, or Llama's rounding), a
+gradient of a returned ``x + residual``, and an explicit backward config (row groups, rows per
+step, dweight finish, float32 or float64 row accumulation, pipelining stages, tree fan-out, warps)
+or forward config (rows per program, block, warps). Outputs are checked against the float64 oracle
+with the campaign's tolerances, and dweight for bitwise repeats.
+
+Profiles as in ``test_fuzz.py``: ``ci`` (default) draws small shapes for Triton's interpreter,
+derandomised; ``gpu`` draws more and wider examples on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kernel_helpers import assert_close, oracle, oracle_y
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import config, ops
+from rmsnorm_kernel.config import ForwardConfig
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
+EXAMPLES = {"ci": 40, "gpu": 400}.get(PROFILE, 40)
+MAX_N = {"ci": 700, "gpu": 20000}.get(PROFILE, 700)
+MAX_M = {"ci": 40, "gpu": 600}.get(PROFILE, 40)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=PROFILE != "gpu",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+#: 16-bit dtypes the interpreter rounds like the GPU (it truncates float32 -> bfloat16).
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+
+
+#: Values per thread at most this many in a drawn config: wider tiles are valid but only spill
+#: (and take minutes to compile), so the draws stay where a tuning script would look.
+MAX_PER_THREAD = 128
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _warps(draw, values: int) -> int:
+    fits = [w for w in (1, 2, 4, 8, 16, 32) if values <= MAX_PER_THREAD * 32 * w]
+    return draw(st.sampled_from(fits[:4]))
+
+
+@st.composite
+def backward_cases(draw):
+    m = draw(st.integers(1, MAX_M))
+    n = draw(st.one_of(st.integers(1, 300), st.integers(1, MAX_N)))
+    rows_per_program = draw(st.integers(1, m))
+    one_tile = n <= config.MAX_FUSED_N_BWD and draw(st.sampled_from([True, True, False]))
+    rows = 1
+    if one_tile:  # whole rows, in a block up to 4x wider than N
+        block = draw(st.sampled_from([1, 2, 4])) * _pow2_at_least(n)
+        rows = draw(st.sampled_from([r for r in (1, 2, 4, 8) if r * block <= 8192] or [1]))
+    else:  # column tiles after the row reduction: a power of two, often narrower than N
+        block = draw(st.sampled_from([16, 64, 256, 4096]))
+    return dict(
+        m=m,
+        n=n,
+        dtype=draw(st.sampled_from(DTYPES)),
+        weight=draw(st.sampled_from(["none", "plain", "llama"])),
+        dh=draw(st.booleans()),
+        cfg=config.BackwardConfig(
+            block=block,
+            one_tile=one_tile,
+            groups=-(-m // rows_per_program),
+            rows_per_program=rows_per_program,
+            num_warps=_warps(draw, rows * block),
+            tree=draw(st.booleans()),
+            dw_float64=draw(st.booleans()),
+            stages=draw(st.sampled_from([1, 2, 3])),
+            fanout=draw(st.sampled_from([2, 3, 8])),
+            rows=rows,
+        ),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@FUZZ
+@given(case=backward_cases())
+def test_every_backward_config_matches_the_oracle(case):
+    m, n, dtype, cfg = case["m"], case["n"], case["dtype"], case["cfg"]
+    gen = torch.Generator().manual_seed(case["seed"])
+    x = torch.randn(m, n, generator=gen).to(DEVICE, dtype)
+    dy = torch.randn(m, n, generator=gen).to(DEVICE, dtype)
+    dh = torch.randn(m, n, generator=gen).to(DEVICE, dtype) if case["dh"] else None
+    w = None
+    if case["weight"] != "none":
+        w = (1 + 0.5 * torch.randn(n, generator=gen)).to(DEVICE, dtype)
+    llama = case["weight"] == "llama"
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype, llama=llama)
+    first = None
+    for _ in range(2):
+        dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, dh, dtype, llama=llama, config=cfg)
+        first = dw if first is None else first
+        if w is not None:
+            assert torch.equal(dw, first), f"dweight not bitwise repeatable with {cfg}"
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    if dh is not None:
+        dx_ref = dx_ref + dh.double()
+    assert_close(dx, dx_ref, dtype, f"dx with {cfg}")
+    if w is None:
+        assert dw is None
+    elif llama:  # dweight sums dy times x * r rounded to x's dtype (r: the forward's float32)
+        normed = (x.float() * rstd[:, None]).to(dtype).double()
+        assert_close(dw, (dy.double() * normed).sum(0), dtype, f"dweight (llama) with {cfg}")
+    else:
+        assert_close(dw, dw_ref, dtype, f"dweight with {cfg}")
+
+
+@st.composite
+def forward_cases(draw):
+    m = draw(st.integers(1, MAX_M))
+    n = draw(st.one_of(st.integers(1, 300), st.integers(1, MAX_N)))
+    rows = draw(st.sampled_from([0, 1, 2, 4, 8]))
+    if rows:  # the several-rows kernel: whole rows
+        block = draw(st.sampled_from([1, 2])) * _pow2_at_least(n)
+        rows = max([r for r in (1, 2, 4, 8) if r <= rows and r * block <= 16384])
+    else:  # one row per program: whole, or walked in chunks
+        block = draw(st.sampled_from([16, 64, 256, _pow2_at_least(n)]))
+    return dict(
+        m=m,
+        n=n,
+        dtype=draw(st.sampled_from(DTYPES)),
+        weight=draw(st.booleans()),
+        cfg=ForwardConfig(block, rows, _warps(draw, max(rows, 1) * block)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+@FUZZ
+@given(case=forward_cases())
+def test_every_forward_config_matches_the_oracle(case):
+    m, n, dtype, cfg = case["m"], case["n"], case["dtype"], case["cfg"]
+    gen = torch.Generator().manual_seed(case["seed"])
+    x = torch.randn(m, n, generator=gen).to(DEVICE, dtype)
+    w = (1 + 0.5 * torch.randn(n, generator=gen)).to(DEVICE, dtype) if case["weight"] else None
+    y, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype, config=cfg)
+    assert_close(y, oracle_y(x, w), dtype, f"y with {cfg}")
+    ref_rstd = torch.rsqrt(x.double().square().mean(-1) + 1e-6)
+    assert_close(rstd, ref_rstd, torch.float32, f"rstd with {cfg}")
+
+
+def test_backward_cases_cover_each_kernel():
+    """The strategy reaches both backward kernels and both finishes (a guard on the drawing)."""
+    seen = set()
+
+    @settings(max_examples=60, derandomize=True, deadline=None)
+    @given(case=backward_cases())
+    def collect(case):
+        cfg = case["cfg"]
+        seen.add((cfg.rows > 1, cfg.one_tile, cfg.tree))
+
+    collect()
+    assert {(True, True, True), (True, True, False), (False, True, True)} <= seen
+    assert any(not one_tile for _, one_tile, _ in seen)
