@@ -95,15 +95,17 @@ def variants():
                     args = (x, x, w, x, x, rstd, n, n, sw, n, *floats, *consts, fwd.block >= n)
                     yield f"fwd {name}", kernels.rmsnorm_forward_kernel, args, fwd.num_warps
             yield from _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd)
-            if n == 4096:  # large M: the pipelined config (BWD_PIPELINE) at this width
-                big = 16384
+            # Large M: the pipelined config (BWD_PIPELINE) at 4096 columns, and the several-rows
+            # backward (BWD_ROWS) at 257 (a 512 block) and 1024 columns.
+            big = {4096: 16384, 257: 262144, 1024: 32768}.get(n)
+            if big:
                 xb, rb = t(big, n, dtype=dtype), t(big, dtype=acc)
                 yield from _backward_variants(dtype, w_dtype, acc, n, big, xb, w, rb)
 
 
 def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
     """The backward launches of the heuristic's config for (m, n), every flag combination."""
-    bwd = config.backward_config(m, n, 0, acc == torch.float64)
+    bwd = config.backward_config(m, n, 0, acc == torch.float64, itemsize=dtype.itemsize)
     tiles, groups = bwd.tiles_for(n), bwd.groups
     if not bwd.one_tile:
         args = (x, x, w, rstd, n, n, 1, n, 0.0, 0.0, True, DT[acc], config.ROW_DOT_BLOCK)
@@ -125,27 +127,37 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
         cnt = t(tiles * groups, dtype=torch.int32)
         dwt = t(n, dtype=w_dtype)
         rpp = bwd.rows_per_program
+        name = (
+            f"{dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
+            f"llama={llama} N={n} M={m} stages={bwd.stages}"
+        )
+        if bwd.rows > 1:  # the several-rows kernel: no MEAN_UX, no column tiles
+            args = (x, x, w, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
+            consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.rows)
+            consts += (bwd.stages, tree, bwd.fanout)
+            yield (
+                f"bwd_rows {name} rows={bwd.rows}",
+                kernels.rmsnorm_backward_rows_kernel,
+                args + consts,
+                bwd.num_warps,
+                bwd.stages,
+            )
+            continue
         args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
         consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
-        consts += (bwd.stages, tree)
-        yield (
-            f"bwd {dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
-            f"llama={llama} N={n} M={m} stages={bwd.stages}",
-            kernels.rmsnorm_backward_kernel,
-            args + consts,
-            bwd.num_warps,
-        )
+        consts += (bwd.stages, tree, bwd.fanout)
+        yield f"bwd {name}", kernels.rmsnorm_backward_kernel, args + consts, bwd.num_warps
 
 
 def main():
     failures = 0
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'
-    for name, fn, args, warps in variants():
+    for name, fn, args, warps, *stages in variants():
         if not only.search(name):
             continue
         try:
-            k = compile_one(fn, args, warps)
+            k = compile_one(fn, args, warps, *stages)
             print(f"ok   {name}  {resources(k)}", flush=True)
         except Exception as e:  # noqa: BLE001 - report every failing variant
             failures += 1
