@@ -26,7 +26,7 @@ from rmsnorm_kernel.config import ForwardConfig
 
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
-EXAMPLES = {"ci": 40, "gpu": 100}.get(PROFILE, 40)  # gpu: each config compiles (~1 s)
+EXAMPLES = {"ci": 25, "gpu": 100}.get(PROFILE, 25)  # gpu: each config compiles (~1 s)
 MAX_N = {"ci": 700, "gpu": 20000}.get(PROFILE, 700)
 MAX_M = {"ci": 40, "gpu": 600}.get(PROFILE, 40)
 FUZZ = settings(
