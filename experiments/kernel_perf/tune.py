@@ -29,6 +29,8 @@ Parts:
          wide_forward.py's chunk x warps x cache hints x pass-2 order variants.
 - splitfwd: the forward of rows >= 32768 wide (WIDE_FWD) over several cooperating programs per
          row (wide_forward.py's split-row kernel) beside the default.
+- coopfwd: the same split rows on a persistent grid launched cooperatively (no program waits
+         on one that is not running), SPLIT x warps x programs per SM.
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
@@ -621,6 +623,45 @@ def part_splitfwd(rows):
                 us = graph_us(fn)
                 r.update(us=us, GBps=gb / us * 1e6, max_err=err, repeat_equal=same)
             except Exception as e:  # noqa: BLE001
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        x = w = ref = None
+
+
+def part_coopfwd(rows):
+    """Forward of wide rows: the default beside wide_forward.py's cooperative split-row kernel
+    (a persistent grid launched with ``launch_cooperative_grid=True``, so the programs that wait
+    on each other are all running): SPLIT x warps x programs per SM. Timed in graph mode and,
+    in case a cooperative launch cannot be captured, with CUDA events (do_bench, L2 flushed)."""
+    import wide_forward
+
+    for m, n in WIDE_FWD:
+        x, w, ref, gb = _wide_inputs(m, n)
+        variants = [("default", lambda: ops.launch_forward(x, w, None, EPS, 0.0, x.dtype))]  # noqa: B023
+        for split in (2, 4, 8, 16):
+            block = triton.next_power_of_2(triton.cdiv(n, split))
+            for warps in (4, 8, 16, 32):
+                if not 8 <= block // (32 * warps) <= 64:
+                    continue
+                for per_sm in (1, 2, 4):
+                    fn = functools.partial(
+                        wide_forward.launch_split_coop, x, w, EPS, split, warps, per_sm
+                    )
+                    variants.append((f"coop split={split} w={warps} per_sm={per_sm}", fn))
+        for name, fn in variants:
+            r = dict(part="coopfwd", M=m, N=n, variant=name)
+            try:
+                y0 = fn()[0]
+                r.update(
+                    max_err=(y0.float() - ref).abs().max().item(),
+                    repeat_equal=bool(torch.equal(fn()[0], y0)),
+                )
+                us = 1e3 * ms_bench(fn)
+                r.update(us_events=us, GBps_events=gb / us * 1e6)
+                us = graph_us(fn)
+                r.update(us=us, GBps=gb / us * 1e6)
+            except Exception as e:  # noqa: BLE001 - a refused launch or capture: recorded
                 r["error"] = repr(e)[:300]
             rows.append(r)
             print(json.dumps(r), flush=True)

@@ -144,3 +144,67 @@ def launch_split(x, w, eps, split, warps):
         x, w, y, rstd, part, _COUNTS[key], n, eps, SPLIT=split, BLOCK=block, num_warps=warps
     )
     return y, rstd
+
+
+@triton.jit
+def split_row_coop_kernel(
+    X,
+    W,
+    Y,
+    RSTD,
+    PART,  # (M, SPLIT) float32: each slice's sum of squares
+    COUNT,  # (M,) int32 tickets, never reset: each launch adds SPLIT per row
+    M,
+    N,
+    eps,
+    SPLIT: tl.constexpr,  # programs per row
+    BLOCK: tl.constexpr,  # columns per program (SPLIT * BLOCK >= N)
+):
+    """The split-row forward made safe: a persistent grid launched cooperatively
+    (``launch_cooperative_grid=True``: CUDA runs every program at once, or refuses the launch),
+    so a program waiting on its row's partners waits on programs that are running. Program
+    (group g, slice s) handles slice s of rows g, g + G, g + 2G, ... (G groups); the SPLIT programs
+    of a group meet once per row, as in ``split_row_forward_kernel``. The weight slice is loaded
+    once per program."""
+    pid = tl.program_id(0)
+    groups = tl.num_programs(0) // SPLIT
+    part = pid % SPLIT
+    cols = part * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    for row64 in tl.range((pid // SPLIT).to(tl.int64), M, groups):
+        x = tl.load(X + row64 * N + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(PART + row64 * SPLIT + part, tl.sum(x * x, axis=0))
+        tl.debug_barrier()  # the partial's store happens before the release below
+        ticket = tl.atomic_add(COUNT + row64, 1, sem="acq_rel", scope="gpu")
+        target = (ticket // SPLIT + 1) * SPLIT
+        seen = ticket + 1
+        while seen < target:
+            seen = tl.atomic_add(COUNT + row64, 0, sem="acquire", scope="gpu")
+        parts = tl.load(PART + row64 * SPLIT + tl.arange(0, SPLIT), cache_modifier=".cg")
+        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+        tl.store(Y + row64 * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        if part == 0:
+            tl.store(RSTD + row64, rstd)
+
+
+def launch_split_coop(x, w, eps, split, warps, per_sm):
+    """``(y, rstd)`` of contiguous ``x (M, N)``: ``split`` programs per row, ``per_sm`` programs
+    per SM in all (a cooperative launch fails rather than over-subscribe the GPU)."""
+    m, n = x.shape
+    block = triton.next_power_of_2(triton.cdiv(n, split))
+    y = torch.empty_like(x)
+    rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
+    part = torch.empty((m, split), device=x.device, dtype=torch.float32)
+    key = (x.device, m)
+    if key not in _COUNTS:
+        _COUNTS[key] = torch.zeros(m, device=x.device, dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    groups = max(1, min(m, sms * per_sm // split))
+    kwargs = dict(num_warps=warps)
+    if x.is_cuda:  # the interpreter runs programs one at a time: only split == 1 finishes there
+        kwargs["launch_cooperative_grid"] = True
+    split_row_coop_kernel[(groups * split,)](
+        x, w, y, rstd, part, _COUNTS[key], m, n, eps, SPLIT=split, BLOCK=block, **kwargs
+    )
+    return y, rstd
