@@ -86,8 +86,8 @@ PROGRAMS_PER_SM = {256: 16, 512: 8, 1024: 4, 2048: 2, 4096: 2, 8192: 2}  # wider
 #: 8 / 16 warps 505-570 (4 warps spill 64 bytes, 2 programs per SM still fit: more rows in
 #: flight); 16384: 8 warps 229.3 us vs 245.9 with 16 at 8192 rows (tune.py part wide).
 BWD_WARPS = {8192: 4, 16384: 8}
-#: Short 16-bit rows at large M: (rows per step, programs per SM, stages) of the several-rows
-#: backward (rmsnorm_backward_rows_kernel, 4 warps), keyed like BWD_PIPELINE. Graph replay,
+#: Short rows at large M: (rows per step, programs per SM, stages) of the several-rows backward
+#: (rmsnorm_backward_rows_kernel, 4 warps), keyed like BWD_PIPELINE. 16-bit rows: graph replay,
 #: backward alone, bf16, in-launch tree (tune.py part rowsbwd, 2026-11-30): 262144 x 256 4 rows
 #: per step, 4 per SM, 3 stages 122.9 us vs 159.0 one row per step (2 rows, 8 per SM: 123.9;
 #: without pipelining none under 149); 131072 x 512 122.9 vs 126.8. Not at 1024 columns (2 rows
