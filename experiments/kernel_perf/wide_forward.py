@@ -85,6 +85,27 @@ def launch(x, w, eps, block, warps, hints, reverse, stages=1):
 
 
 @triton.jit
+def _split_row(X, Y, RSTD, PART, COUNT, row, part, cols, mask, w, N, eps, SPLIT: tl.constexpr):
+    """Slice ``part`` of row ``row`` (int64): store its sum of squares, take a ticket (an integer
+    atomic, release), wait until the row's SPLIT tickets of this launch are in (acquire), add the
+    SPLIT partials in index order (every program the same order: the same rstd), then scale the
+    slice still in registers and store it. x is read once, never twice."""
+    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(PART + row * SPLIT + part, tl.sum(x * x, axis=0))
+    tl.debug_barrier()  # the partial's store happens before the release below
+    ticket = tl.atomic_add(COUNT + row, 1, sem="acq_rel", scope="gpu")
+    target = (ticket // SPLIT + 1) * SPLIT  # this launch's last ticket + 1
+    seen = ticket + 1
+    while seen < target:
+        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    parts = tl.load(PART + row * SPLIT + tl.arange(0, SPLIT), cache_modifier=".cg")
+    rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+    tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    if part == 0:
+        tl.store(RSTD + row, rstd)
+
+
+@triton.jit
 def split_row_forward_kernel(
     X,
     W,
@@ -97,53 +118,20 @@ def split_row_forward_kernel(
     SPLIT: tl.constexpr,  # programs per row
     BLOCK: tl.constexpr,  # columns per program (SPLIT * BLOCK >= N)
 ):
-    """One row over SPLIT cooperating programs, its slice kept in registers: each program stores
-    its slice's sum of squares, takes a ticket (an integer atomic, release), then waits until the
-    row's SPLIT tickets of this launch are in (acquire) and adds the SPLIT partials in index order
-    (every program the same order: the same rstd). x is read once, never twice.
+    """One row over SPLIT cooperating programs (``_split_row``), one program per slice.
 
     Relies on the row's programs (consecutive program ids) running concurrently: true of the
-    in-order dispatch of NVIDIA GPUs with at least SPLIT programs resident, not a CUDA guarantee,
-    and never true in Triton's interpreter (one program at a time) unless SPLIT == 1.
+    in-order dispatch of NVIDIA GPUs with at least SPLIT programs resident, not a CUDA guarantee
+    (it hung on the H200 at 16 programs of 4096 columns per row), and never true in Triton's
+    interpreter (one program at a time) unless SPLIT == 1.
     """
     pid = tl.program_id(0)
-    row = (pid // SPLIT).to(tl.int64)
     part = pid % SPLIT
     cols = part * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
-    x = tl.load(X + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(PART + row * SPLIT + part, tl.sum(x * x, axis=0))
-    tl.debug_barrier()  # the partial's store happens before the release below
-    ticket = tl.atomic_add(COUNT + row, 1, sem="acq_rel", scope="gpu")
-    target = (ticket // SPLIT + 1) * SPLIT  # this launch's last ticket + 1
-    seen = ticket + 1
-    while seen < target:
-        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-    parts = tl.load(PART + row * SPLIT + tl.arange(0, SPLIT), cache_modifier=".cg")
-    rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(Y + row * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-    if part == 0:
-        tl.store(RSTD + row, rstd)
-
-
-_COUNTS: dict = {}
-
-
-def launch_split(x, w, eps, split, warps):
-    """``(y, rstd)`` of contiguous ``x (M, N)`` over ``split`` programs per row."""
-    m, n = x.shape
-    block = triton.next_power_of_2(triton.cdiv(n, split))
-    y = torch.empty_like(x)
-    rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
-    part = torch.empty((m, split), device=x.device, dtype=torch.float32)
-    key = (x.device, m)
-    if key not in _COUNTS:  # allocated once: a memset per launch would cost a launch
-        _COUNTS[key] = torch.zeros(m, device=x.device, dtype=torch.int32)
-    split_row_forward_kernel[(m * split,)](
-        x, w, y, rstd, part, _COUNTS[key], n, eps, SPLIT=split, BLOCK=block, num_warps=warps
-    )
-    return y, rstd
+    row = (pid // SPLIT).to(tl.int64)
+    _split_row(X, Y, RSTD, PART, COUNT, row, part, cols, mask, w, N, eps, SPLIT)
 
 
 @triton.jit
@@ -164,47 +152,54 @@ def split_row_coop_kernel(
     (``launch_cooperative_grid=True``: CUDA runs every program at once, or refuses the launch),
     so a program waiting on its row's partners waits on programs that are running. Program
     (group g, slice s) handles slice s of rows g, g + G, g + 2G, ... (G groups); the SPLIT programs
-    of a group meet once per row, as in ``split_row_forward_kernel``. The weight slice is loaded
-    once per program."""
+    of a group meet once per row. The weight slice is loaded once per program."""
     pid = tl.program_id(0)
     groups = tl.num_programs(0) // SPLIT
     part = pid % SPLIT
     cols = part * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-    for row64 in tl.range((pid // SPLIT).to(tl.int64), M, groups):
-        x = tl.load(X + row64 * N + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(PART + row64 * SPLIT + part, tl.sum(x * x, axis=0))
-        tl.debug_barrier()  # the partial's store happens before the release below
-        ticket = tl.atomic_add(COUNT + row64, 1, sem="acq_rel", scope="gpu")
-        target = (ticket // SPLIT + 1) * SPLIT
-        seen = ticket + 1
-        while seen < target:
-            seen = tl.atomic_add(COUNT + row64, 0, sem="acquire", scope="gpu")
-        parts = tl.load(PART + row64 * SPLIT + tl.arange(0, SPLIT), cache_modifier=".cg")
-        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
-        tl.store(Y + row64 * N + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-        if part == 0:
-            tl.store(RSTD + row64, rstd)
+    for row in tl.range((pid // SPLIT).to(tl.int64), M, groups):
+        _split_row(X, Y, RSTD, PART, COUNT, row, part, cols, mask, w, N, eps, SPLIT)
+
+
+#: Ticket counters per (device, M), allocated once: a memset per launch would cost a launch.
+_COUNTS: dict = {}
+
+
+def _split_buffers(x, split):
+    """``(y, rstd, partials, counters, block)`` for ``x (M, N)`` over ``split`` slices."""
+    m, n = x.shape
+    key = (x.device, m)
+    if key not in _COUNTS:
+        _COUNTS[key] = torch.zeros(m, device=x.device, dtype=torch.int32)
+    y = torch.empty_like(x)
+    rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
+    part = torch.empty((m, split), device=x.device, dtype=torch.float32)
+    return y, rstd, part, _COUNTS[key], triton.next_power_of_2(triton.cdiv(n, split))
+
+
+def launch_split(x, w, eps, split, warps):
+    """``(y, rstd)`` of contiguous ``x (M, N)`` over ``split`` programs per row."""
+    m, n = x.shape
+    y, rstd, part, counts, block = _split_buffers(x, split)
+    split_row_forward_kernel[(m * split,)](
+        x, w, y, rstd, part, counts, n, eps, SPLIT=split, BLOCK=block, num_warps=warps
+    )
+    return y, rstd
 
 
 def launch_split_coop(x, w, eps, split, warps, per_sm):
     """``(y, rstd)`` of contiguous ``x (M, N)``: ``split`` programs per row, ``per_sm`` programs
     per SM in all (a cooperative launch fails rather than over-subscribe the GPU)."""
     m, n = x.shape
-    block = triton.next_power_of_2(triton.cdiv(n, split))
-    y = torch.empty_like(x)
-    rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
-    part = torch.empty((m, split), device=x.device, dtype=torch.float32)
-    key = (x.device, m)
-    if key not in _COUNTS:
-        _COUNTS[key] = torch.zeros(m, device=x.device, dtype=torch.int32)
+    y, rstd, part, counts, block = _split_buffers(x, split)
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
     groups = max(1, min(m, sms * per_sm // split))
     kwargs = dict(num_warps=warps)
     if x.is_cuda:  # the interpreter runs programs one at a time: only split == 1 finishes there
         kwargs["launch_cooperative_grid"] = True
     split_row_coop_kernel[(groups * split,)](
-        x, w, y, rstd, part, _COUNTS[key], m, n, eps, SPLIT=split, BLOCK=block, **kwargs
+        x, w, y, rstd, part, counts, m, n, eps, SPLIT=split, BLOCK=block, **kwargs
     )
     return y, rstd
