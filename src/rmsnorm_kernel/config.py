@@ -96,6 +96,8 @@ BWD_WARPS = {8192: 4, 16384: 8}
 #: vs 127.9 one row; 65536 x 512 4 rows 112.4 vs 117.9; 256 columns within 3% (110.9 vs 114.0):
 #: one row per step there.
 BWD_ROWS = {(256, 2): (4, 4, 3), (512, 2): (4, 8, 3), (512, 4): (4, 8, 3), (1024, 4): (2, 8, 3)}
+#: Warps of that kernel: every BWD_ROWS entry was measured at 4 (tiles of 1024-2048 values).
+BWD_ROWS_WARPS = 4
 #: Small M with the sum finish: at least this many rows per program, so the float64 partials
 #: (programs x N x 8 bytes) stay below the data read. 256 x 4096 bf16: 128 programs 8.4 us, 64
 #: 8.5; 1024 rows: 264 programs 14.7 us, 512 24.4.
@@ -343,7 +345,7 @@ def backward_config(
         stages = SMALL_STAGES
     elif tile_rows:
         rows, _, stages = tile_rows
-        warps = 4
+        warps = BWD_ROWS_WARPS
     elif one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
         stages = BWD_PIPELINE.get((block, itemsize), BWD_STAGES)
     return BackwardConfig(
