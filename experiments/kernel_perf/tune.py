@@ -55,7 +55,7 @@ import triton
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import ops
-from rmsnorm_kernel.config import ForwardConfig, backward_config
+from rmsnorm_kernel.config import ForwardConfig, _row_warps, backward_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # previous_backward.py
 
@@ -662,6 +662,41 @@ def part_coopfwd(rows):
                 us = graph_us(fn)
                 r.update(us=us, GBps=gb / us * 1e6)
             except Exception as e:  # noqa: BLE001 - a refused launch or capture: recorded
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        x = w = ref = None
+
+
+#: Shapes of part persistfwd: one-row forward widths (64M elements each, bf16) where a peer led
+#: (bench 2026-11-30, session 24: 2048 x 32768 74.2 us vs quack 65.8; 16384 x 4096 65.6 vs Liger
+#: 64.5), and 4096 rows of 4096 (small M).
+PERSIST_FWD = [(2048, 32768), (4096, 16384), (8192, 8192), (16384, 4096), (4096, 4096)]
+
+
+def part_persistfwd(rows):
+    """Forward in graph mode: the default (one program per row) beside persistent_forward.py's
+    persistent, pipelined row loop: warps x stages x programs per SM."""
+    import persistent_forward
+
+    for m, n in PERSIST_FWD:
+        x, w, ref, gb = _wide_inputs(m, n)
+        variants = [("default", lambda: ops.launch_forward(x, w, None, EPS, 0.0, x.dtype))]  # noqa: B023
+        base = _row_warps(n)
+        for warps in sorted({max(4, base // 2), base, min(32, base * 2)}):
+            for stages in (1, 2, 3):
+                for per_sm in (1, 2, 4):
+                    fn = functools.partial(
+                        persistent_forward.launch, x, w, EPS, warps, stages, per_sm
+                    )
+                    variants.append((f"persist w={warps} stages={stages} per_sm={per_sm}", fn))
+        for name, fn in variants:
+            r = dict(part="persistfwd", M=m, N=n, variant=name)
+            try:
+                r.update(max_err=(fn()[0].float() - ref).abs().max().item())
+                us = graph_us(fn)
+                r.update(us=us, GBps=gb / us * 1e6)
+            except Exception as e:  # noqa: BLE001 - e.g. out of shared memory: recorded
                 r["error"] = repr(e)[:300]
             rows.append(r)
             print(json.dumps(r), flush=True)
