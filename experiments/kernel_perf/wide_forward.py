@@ -163,14 +163,18 @@ def split_row_coop_kernel(
         _split_row(X, Y, RSTD, PART, COUNT, row, part, cols, mask, w, N, eps, SPLIT)
 
 
-#: Ticket counters per (device, M), allocated once: a memset per launch would cost a launch.
+#: Ticket counters per (device, M, SPLIT), allocated once: a memset per launch would cost a
+#: launch. Keyed by SPLIT too: each launch adds SPLIT per row, and a counter shared between
+#: SPLIT values (as it was until the 2026-11-30 sixth session) starts a launch at a count that is
+#: not a multiple of its SPLIT, so the tickets fall into the wrong groups: some programs wait for
+#: tickets no program of the launch will take (a hang) or read partials not yet stored.
 _COUNTS: dict = {}
 
 
 def _split_buffers(x, split):
     """``(y, rstd, partials, counters, block)`` for ``x (M, N)`` over ``split`` slices."""
     m, n = x.shape
-    key = (x.device, m)
+    key = (x.device, m, split)
     if key not in _COUNTS:
         _COUNTS[key] = torch.zeros(m, device=x.device, dtype=torch.int32)
     y = torch.empty_like(x)
