@@ -703,6 +703,58 @@ def part_persistfwd(rows):
         x = w = ref = None
 
 
+#: Shapes of part tmabwd: where quack leads the fwd+bwd (bench 2026-11-30, session 24: 65536 x
+#: 1024 0.91x, 16384 x 4096 fp32 0.97x, bf16 1.02x) and 512 / 2048 columns for comparison.
+TMA_BWD = [
+    (65536, 1024, torch.bfloat16),
+    (131072, 512, torch.bfloat16),
+    (16384, 2048, torch.bfloat16),
+    (16384, 4096, torch.bfloat16),
+    (16384, 4096, torch.float32),
+]
+
+
+def part_tmabwd(rows):
+    """Backward alone in graph mode: the default beside tma_backward.py's descriptor (TMA)
+    kernel, rows per step x warps x stages x programs per SM; each variant's dx and dweight
+    against the default's (max abs difference, dweight relative)."""
+    import tma_backward
+
+    for m, n, dtype in TMA_BWD:
+        x, w, dy, rstd, _ = _bwd_inputs(m, n, dtype)
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        dx0, dw0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)
+        variants = [("default", lambda: ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype))]  # noqa: B023
+        for tile_rows in (1, 2, 4):
+            if tile_rows * n > 4096:
+                continue
+            for warps in (4, 8):
+                for stages in (2, 3, 4):
+                    for per_sm in (1, 2) if n >= 4096 else (2, 4, 8):
+                        fn = functools.partial(
+                            tma_backward.launch, dy, x, w, rstd, tile_rows, warps, stages, per_sm
+                        )
+                        name = f"tma rows={tile_rows} w={warps} stages={stages} per_sm={per_sm}"
+                        variants.append((name, fn))
+        for name, fn in variants:
+            r = dict(part="tmabwd", M=m, N=n, dtype=str(dtype), variant=name)
+            try:
+                dx, dw = fn()
+                r.update(
+                    dx_diff=(dx.float() - dx0.float()).abs().max().item(),
+                    dw_rel_diff=(
+                        (dw.float() - dw0.float()).abs().max() / dw0.float().abs().max()
+                    ).item(),
+                )
+                us = graph_us(fn)
+                r.update(us=us, GBps=3 * m * n * x.element_size() / us / 1e3)
+            except Exception as e:  # noqa: BLE001 - a refused descriptor or compile: recorded
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        x = w = dy = rstd = dx0 = dw0 = None
+
+
 SHAPES = [
     (128, 257, torch.float32),
     (4096, 4096, torch.bfloat16),
