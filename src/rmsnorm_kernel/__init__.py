@@ -11,6 +11,7 @@ Kernel layer (imports only torch and triton)::
     ops       launchers (rows, strides, allocations; an explicit config or the heuristic's)
     function  autograd.Function, torch.library ops, ``rmsnorm()``, ``CALLS``
     double_backward  the backward in PyTorch ops, differentiated again under create_graph
+    transforms  torch.func and forward-mode AD: the kernel forward, derivatives in PyTorch ops
     module    ``RMSNorm`` / ``rms_norm``, drop-ins for ``torch.nn.RMSNorm`` / ``F.rms_norm``
 """
 

@@ -6,13 +6,16 @@ lowest-overhead path); under ``torch.compile`` it calls the registered op
 graph break. Both run the same launchers and count in :data:`CALLS`. A backward that builds a graph
 (``create_graph=True``: double backward) runs the exact PyTorch-ops formula of
 :mod:`.double_backward` instead of the Triton backward, in eager mode on both paths.
+While a ``torch.func`` transform is active, or an input carries a forward-mode AD tangent,
+``rmsnorm`` goes through :class:`.transforms.FuncRMSNormFunction` (the same forward launch;
+derivatives in PyTorch ops), which those need.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import ops
+from . import ops, transforms
 from .contract import check_contract
 from .double_backward import differentiable_backward, graph_needed
 
@@ -234,6 +237,10 @@ def rmsnorm(
             x, weight, residual, float(eps), float(offset), llama
         )
         return y if residual is None else (y, h)
+    if transforms.needed(x, weight, residual):  # torch.func, or forward-mode AD tangents
+        return transforms.FuncRMSNormFunction.apply(
+            x, weight, float(eps), float(offset), residual, llama
+        )
     if not torch.is_grad_enabled() or not (
         x.requires_grad
         or (weight is not None and weight.requires_grad)
