@@ -47,9 +47,9 @@ def resources(kernel) -> str:
     return line[0].strip() if line else out.stdout[-200:]
 
 
-def compile_one(fn, args, num_warps, num_stages=1):
+def compile_one(fn, args, num_warps, num_stages=1, num_ctas=1):
     binder = create_function_from_signature(fn.signature, fn.params, BACKEND)
-    kwargs = dict(num_warps=num_warps, num_stages=num_stages)
+    kwargs = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas)
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(
         BACKEND, kwargs, bound, specialization, options
@@ -103,6 +103,39 @@ def variants():
                 yield from _backward_variants(dtype, w_dtype, acc, n, big, xb, w, rb)
 
 
+#: Cluster configs of tests/kernel/test_clusters.py and tune.py part ctas: (N, warps, CTAs).
+CLUSTER_FWD = [(32768, 16, 2), (65536, 16, 4), (65536, 32, 2), (131072, 32, 8), (262144, 32, 8)]
+CLUSTER_BWD = [(16384, 8, 2), (32768, 16, 2), (65536, 16, 4), (65536, 32, 2)]
+
+
+def cluster_variants():
+    """One-pass forward and one-tile backward (sum finish, float32 rows) over thread-block
+    clusters, bf16 with a weight, beside the same without clusters."""
+    m = 64
+    floats = (1e-6, 0.0, 0.0, 0.0)
+    for n, warps, ctas in CLUSTER_FWD:
+        x, w, rstd = t(m, n, dtype=torch.bfloat16), t(n, dtype=torch.bfloat16), t(m)
+        consts = (True, False, False, tl.float32, n, True)
+        args = (x, x, w, x, x, rstd, n, n, 1, n, *floats, *consts)
+        for c in (1, ctas):
+            yield (
+                f"cluster fwd N={n} w={warps} ctas={c}",
+                kernels.rmsnorm_forward_kernel,
+                args,
+                warps,
+                1,
+                c,
+            )
+    for n, warps, ctas in CLUSTER_BWD:
+        x, w, rstd = t(m, n, dtype=torch.bfloat16), t(n, dtype=torch.bfloat16), t(m)
+        part, cnt, dwt = t(8, n), t(8, dtype=torch.int32), t(n, dtype=torch.bfloat16)
+        args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 1, m, n, 8, 0.0, 0.0)
+        consts = (True, False, False, tl.float32, tl.float32, n, True, 1, False, 8)
+        for c in (1, ctas):
+            name = f"cluster bwd N={n} w={warps} ctas={c}"
+            yield name, kernels.rmsnorm_backward_kernel, args + consts, warps, 1, c
+
+
 def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
     """The backward launches of the heuristic's config for (m, n), every flag combination."""
     bwd = config.backward_config(m, n, 0, acc == torch.float64, itemsize=dtype.itemsize)
@@ -153,11 +186,11 @@ def main():
     failures = 0
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'
-    for name, fn, args, warps, *stages in variants():
+    for name, fn, args, warps, *extra in itertools.chain(variants(), cluster_variants()):
         if not only.search(name):
             continue
         try:
-            k = compile_one(fn, args, warps, *stages)
+            k = compile_one(fn, args, warps, *extra)
             print(f"ok   {name}  {resources(k)}", flush=True)
         except Exception as e:  # noqa: BLE001 - report every failing variant
             failures += 1

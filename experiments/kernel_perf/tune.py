@@ -755,6 +755,67 @@ def part_tmabwd(rows):
         x = w = dy = rstd = dx0 = dw0 = None
 
 
+#: Shapes of part ctas (64M bf16 elements each, and quack's 4096 x 65536): wide rows where quack
+#: leads the forward by 11-35% (bench 2026-11-30, session 24), and 16384 for comparison.
+CTAS_FWD = [
+    (4096, 16384),
+    (2048, 32768),
+    (1024, 65536),
+    (4096, 65536),
+    (512, 131072),
+    (256, 262144),
+]
+CTAS_BWD = [(4096, 16384), (2048, 32768), (1024, 65536), (4096, 65536)]
+
+
+def part_ctas(rows):
+    """Thread-block clusters (``ForwardConfig.ctas`` / ``BackwardConfig.ctas``: Triton splits a
+    program's row over ``ctas`` CTAs, meeting the reductions in distributed shared memory): the
+    whole row in one pass, in the registers of a cluster, as quack does. Forward: ctas x warps,
+    graph replay, beside the default. Backward alone: the one-tile kernel over a cluster (sum
+    finish, float32 rows) x warps x programs per SM, beside the default (column tiles past
+    16384)."""
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n in CTAS_FWD:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        _fwd_record(rows, "ctas", m, n, "fwd default", x, w, None)
+        block = triton.next_power_of_2(n)
+        for ctas in (1, 2, 4, 8):
+            for warps in (8, 16, 32):
+                if not 8 <= block // (ctas * warps * 32) <= 64:
+                    continue
+                cfg = ForwardConfig(block, 0, warps, ctas)
+                _fwd_record(rows, "ctas", m, n, f"fwd ctas={ctas} w={warps}", x, w, cfg)
+        x = w = None
+    for m, n in CTAS_BWD:
+        inputs = _bwd_inputs(m, n)
+        base = backward_config(m, n, 0)
+        _bwd_record(rows, "ctas", m, n, "bwd default", base, inputs)
+        block = triton.next_power_of_2(n)
+        for ctas in (2, 4, 8):
+            for warps in (8, 16, 32):
+                if not 8 <= block // (ctas * warps * 32) <= 32:
+                    continue
+                for per_sm in (1, 2):
+                    one = dataclasses.replace(
+                        base,
+                        block=block,
+                        one_tile=True,
+                        tree=False,
+                        dw_float64=False,
+                        num_warps=warps,
+                        stages=1,
+                        rows=1,
+                        ctas=ctas,
+                    )
+                    cfg = _grid(m, n, max(1, sm * per_sm // ctas), one)
+                    name = f"bwd ctas={ctas} w={warps} per_sm={per_sm}"
+                    _bwd_record(rows, "ctas", m, n, name, cfg, inputs)
+        del inputs
+
+
 SHAPES = [
     (128, 257, torch.float32),
     (4096, 4096, torch.bfloat16),

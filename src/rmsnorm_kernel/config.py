@@ -162,17 +162,21 @@ class ForwardConfig:
 
     ``rows > 0``: the several-rows kernel, ``rows`` rows of ``block >= N`` columns per program.
     ``rows == 0``: one row per program, whole in registers when ``block >= N`` (one pass), else
-    walked in ``block``-column chunks (read twice).
+    walked in ``block``-column chunks (read twice). ``ctas``: CTAs per program (``num_ctas``; more
+    than 1 makes each program a thread-block cluster on Hopper: Triton splits the program's
+    tensors over the CTAs and meets their reductions in distributed shared memory).
     """
 
     block: int
     rows: int
     num_warps: int
+    ctas: int = 1
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
         _check_block("ForwardConfig.block", self.block)
         _check_warps("ForwardConfig.num_warps", self.num_warps)
+        _check_ctas("ForwardConfig.ctas", self.ctas)
         if self.rows < 0:
             raise ContractValueError(f"ForwardConfig.rows must be >= 0 (got {self.rows})")
         if self.rows and self.block < n:
@@ -191,7 +195,9 @@ class BackwardConfig:
     fixed tree of ``fanout`` children per node (else a second, fixed-order sum launch);
     ``dw_float64``: accumulate each program's rows in float64; ``stages``: software pipelining
     of the row loop; ``rows``: rows per step of that loop (more than 1: a ``(rows, block)`` tile
-    per step, one-tile rows only).
+    per step, one-tile rows only); ``ctas``: CTAs per program of the row kernels, as
+    :class:`ForwardConfig`'s (more than 1 with the sum finish only: the tree's counters are
+    scalar atomics, which every CTA of a cluster would run).
     """
 
     block: int
@@ -204,6 +210,7 @@ class BackwardConfig:
     stages: int = BWD_STAGES
     fanout: int = TREE_FANOUT
     rows: int = 1
+    ctas: int = 1
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -235,6 +242,11 @@ class BackwardConfig:
         if self.stages < 1:
             raise ContractValueError(f"BackwardConfig.stages must be >= 1 (got {self.stages})")
         _check_block("BackwardConfig.rows", self.rows)
+        _check_ctas("BackwardConfig.ctas", self.ctas)
+        if self.ctas > 1 and self.tree:
+            raise ContractValueError(
+                f"BackwardConfig.ctas > 1 needs the sum finish (got ctas={self.ctas}, tree=True)"
+            )
         if self.rows > 1 and not self.one_tile:
             raise ContractValueError(
                 f"BackwardConfig.rows > 1 needs one_tile (got rows={self.rows}, one_tile=False)"
@@ -244,6 +256,16 @@ class BackwardConfig:
 def _check_block(name: str, block: int) -> None:
     if block < 1 or block & (block - 1):
         raise ContractValueError(f"{name} must be a power of two (got {block})")
+
+
+#: CTAs per program a config may ask for: a thread-block cluster of up to 8 CTAs is portable on
+#: Hopper (16 needs an opt-in attribute Triton does not set).
+_CTAS = (1, 2, 4, 8)
+
+
+def _check_ctas(name: str, ctas: int) -> None:
+    if ctas not in _CTAS:
+        raise ContractValueError(f"{name} must be one of {_CTAS} (got {ctas})")
 
 
 def _check_warps(name: str, warps: int) -> None:

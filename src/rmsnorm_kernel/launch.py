@@ -58,7 +58,8 @@ def _spec(arg) -> object:
 
 
 class CachedKernel:
-    """``launch(grid, args, floats, consts, num_warps, num_stages, device_index)`` for one kernel.
+    """``launch(grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas=1)`` for
+    one kernel (``num_ctas > 1``: each program is a thread-block cluster of that many CTAs).
 
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
@@ -94,9 +95,11 @@ class CachedKernel:
         num_warps: int,
         num_stages: int,
         device_index: int | None,
+        num_ctas: int = 1,
     ) -> None:
+        options = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas)
         if BACKEND == "interpreter" or device_index is None:
-            self.fn[grid](*args, *floats, *consts, num_warps=num_warps, num_stages=num_stages)
+            self.fn[grid](*args, *floats, *consts, **options)
             return
         n_args = len(args)
         key = (
@@ -104,15 +107,14 @@ class CachedKernel:
             consts,
             num_warps,
             num_stages,
+            num_ctas,
             *[_spec(args[i]) for i in self._keyed if i < n_args],
             *[args[i].dtype for i in self._fresh],
         )
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
             with torch.cuda.device(device_index):
-                compiled = self.fn[grid](
-                    *args, *floats, *consts, num_warps=num_warps, num_stages=num_stages
-                )
+                compiled = self.fn[grid](*args, *floats, *consts, **options)
             if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
                 compiled = compiled.result()
             self.handles[key] = (compiled.run, compiled.function, compiled.packed_metadata)

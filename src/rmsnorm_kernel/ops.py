@@ -202,6 +202,7 @@ def launch_forward(
             config.num_warps,
             1,
             index,
+            config.ctas,
         )
     else:
         FORWARD.launch(
@@ -212,6 +213,7 @@ def launch_forward(
             config.num_warps,
             1,
             index,
+            config.ctas,
         )
     return y, h, rstd
 
@@ -295,6 +297,7 @@ def launch_backward(
             config.num_warps,
             1,
             index,
+            config.ctas,
         )
     else:
         BACKWARD.launch(
@@ -307,6 +310,7 @@ def launch_backward(
             config.num_warps,
             1,
             index,
+            config.ctas,
         )
     if has_w and not tree:
         DW_SUM.launch(

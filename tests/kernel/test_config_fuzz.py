@@ -3,9 +3,10 @@
 The heuristics (``config.py``) pick one geometry per shape, and tuning moves them; whatever they
 pick must be right. Drawn here: a shape, a dtype, a weight (or none, or Llama's rounding), a
 gradient of a returned ``x + residual``, and an explicit backward config (row groups, rows per
-step, dweight finish, float32 or float64 row accumulation, pipelining stages, tree fan-out, warps)
-or forward config (rows per program, block, warps). Outputs are checked against the float64 oracle
-with the campaign's tolerances, and dweight for bitwise repeats.
+step, dweight finish, float32 or float64 row accumulation, pipelining stages, tree fan-out, warps,
+CTAs per program) or forward config (rows per program, block, warps, CTAs per program). Outputs
+are checked against the float64 oracle with the campaign's tolerances, and dweight for bitwise
+repeats.
 
 Profiles as in ``test_fuzz.py``: ``ci`` (default) draws small shapes for Triton's interpreter,
 derandomised; ``gpu`` draws more and wider examples on CUDA.
@@ -73,6 +74,9 @@ def backward_cases(draw):
         rows = draw(st.sampled_from([r for r in (1, 2, 4, 8) if r * block <= 8192] or [1]))
     else:  # column tiles after the row reduction: a power of two, often narrower than N
         block = draw(st.sampled_from([16, 64, 256, 4096]))
+    tree = draw(st.booleans())
+    # Clusters (num_ctas) with the sum finish only (BackwardConfig.check says why).
+    ctas = 1 if tree else draw(st.sampled_from([1, 1, 2, 4]))
     return dict(
         m=m,
         n=n,
@@ -85,13 +89,14 @@ def backward_cases(draw):
             groups=-(-m // rows_per_program),
             rows_per_program=rows_per_program,
             num_warps=_warps(draw, rows * block),
-            tree=draw(st.booleans()),
+            tree=tree,
             dw_float64=draw(st.booleans()),
             stages=draw(
                 st.sampled_from([s for s in (1, 2, 3) if s == 1 or s * 12 * rows * block <= SMEM])
             ),
             fanout=draw(st.sampled_from([2, 3, 8])),
             rows=rows,
+            ctas=ctas,
         ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
@@ -145,7 +150,9 @@ def forward_cases(draw):
         n=n,
         dtype=draw(st.sampled_from(DTYPES)),
         weight=draw(st.booleans()),
-        cfg=ForwardConfig(block, rows, _warps(draw, max(rows, 1) * block)),
+        cfg=ForwardConfig(
+            block, rows, _warps(draw, max(rows, 1) * block), draw(st.sampled_from([1, 1, 2, 4]))
+        ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
 
