@@ -18,6 +18,37 @@ def _as_shape(normalized_shape) -> tuple[int, ...]:
     return tuple(int(d) for d in normalized_shape)
 
 
+def _autocast_registered(device_type: str) -> bool:
+    """Whether torch casts ``aten::rms_norm``'s inputs under autocast on this device type (an
+    autocast kernel is registered for it: the float32 list on CUDA in recent torch; none on CPU)."""
+    key = "Autocast" + device_type.upper()
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key("aten::rms_norm", key)
+    except RuntimeError:  # a dispatch key this torch does not know
+        return False
+
+
+#: ``{device type: torch casts rms_norm's inputs to float32 under autocast}``, read once.
+AUTOCAST_FLOAT32 = {"cuda": _autocast_registered("cuda"), "cpu": _autocast_registered("cpu")}
+
+
+def _autocast_to_float32(x: torch.Tensor) -> bool:
+    """Under autocast on x's device, would ``F.rms_norm`` cast a 16-bit x to float32?"""
+    device_type = x.device.type
+    return (
+        AUTOCAST_FLOAT32.get(device_type, False)
+        and torch.is_autocast_enabled(device_type)
+        and x.dtype in (torch.float16, torch.bfloat16)
+    )
+
+
+def _float32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """Autocast's float32 cast: 16-bit floating tensors only (float64 is left alone)."""
+    if t is None or t.dtype not in (torch.float16, torch.bfloat16):
+        return t
+    return t.float()
+
+
 def rms_norm(
     input: torch.Tensor,  # noqa: A002 - torch.nn.functional.rms_norm's argument name
     normalized_shape,
@@ -29,6 +60,11 @@ def rms_norm(
     ``input [..., *normalized_shape]`` -> same shape and dtype. Several normalised dims are
     flattened into one row of ``N = prod(normalized_shape)`` values (a view when the layout
     allows). ``eps=None`` means ``torch.finfo(input.dtype).eps``.
+
+    Under autocast, as ``F.rms_norm``: where torch registers an autocast rule for
+    ``aten::rms_norm`` (:data:`AUTOCAST_FLOAT32`; CUDA's float32 list), 16-bit inputs are cast to
+    float32 first and the output is float32. (:func:`rmsnorm_kernel.rmsnorm` itself, which the
+    Hugging Face integration uses to reproduce modules that autocast does not touch, never casts.)
     """
     shape = _as_shape(normalized_shape)
     k = len(shape)
@@ -41,6 +77,8 @@ def rms_norm(
         raise ContractValueError(
             f"weight must have shape normalized_shape = {shape} (got {tuple(weight.shape)})"
         )
+    if _autocast_to_float32(input):  # F.rms_norm's autocast rule: inputs cast first
+        input, weight = input.float(), _float32(weight)
     if k == 1:
         return rmsnorm(input, weight, eps)
     rows = input.flatten(input.dim() - k)
