@@ -23,7 +23,8 @@ What runs where:
 
   in the same accumulation dtype, rounded to the output's dtype.
 - **vmap**: x and residual may be batched along any dim (it is moved to the front: one larger
-  launch); a batched weight (per-sample weights) is refused with :class:`ContractValueError`.
+  launch); a batched weight (model ensembles, ``torch.func.stack_module_state``) takes one launch
+  per batch element.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from __future__ import annotations
 import torch
 from torch.autograd import forward_ad
 
-from .contract import ContractValueError
 from .double_backward import differentiable_backward
 
 
@@ -109,16 +109,25 @@ class FuncRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def vmap(info, in_dims, x, weight, eps, offset, residual, llama):
         x_bdim, w_bdim, _, _, r_bdim, _ = in_dims
-        if w_bdim is not None:
-            raise ContractValueError(
-                "weight must not be batched under torch.func.vmap (per-sample weights are not "
-                "supported): batch x (and residual) only"
-            )
-        x = _to_front(x, x_bdim, info.batch_size)
+        size = info.batch_size
+        x = _to_front(x, x_bdim, size)
         if residual is not None:
-            residual = _to_front(residual, r_bdim, info.batch_size)
-        out = FuncRMSNormFunction.apply(x, weight, eps, offset, residual, llama)
-        return out, (0 if residual is None else (0, 0))
+            residual = _to_front(residual, r_bdim, size)
+        out_dims = 0 if residual is None else (0, 0)
+        if w_bdim is None:  # one launch over every batch element's rows
+            return FuncRMSNormFunction.apply(x, weight, eps, offset, residual, llama), out_dims
+        # A batched weight (model ensembles: torch.func.stack_module_state): one launch per
+        # batch element, each with its own weight.
+        weight = weight.movedim(w_bdim, 0)
+        outs = [
+            FuncRMSNormFunction.apply(
+                x[i], weight[i], eps, offset, None if residual is None else residual[i], llama
+            )
+            for i in range(size)
+        ]
+        if residual is None:
+            return torch.stack(outs), out_dims
+        return (torch.stack([o[0] for o in outs]), torch.stack([o[1] for o in outs])), out_dims
 
 
 def _sum_tangents(x_t, res_t, like: torch.Tensor) -> torch.Tensor:

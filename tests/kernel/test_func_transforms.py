@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from kernel_helpers import TOLERANCES, loosest
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel import ContractValueError, transforms
+from rmsnorm_kernel import transforms
 
 DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
 EPS = 1e-6
@@ -179,7 +179,39 @@ def test_module_per_sample_gradients_with_functional_call():
         _close(per_sample[i], norm.weight.grad, torch.float32)
 
 
-def test_batched_weight_is_refused_by_name():
-    x, w, _ = _inputs(torch.float32)
-    with pytest.raises(ContractValueError, match="weight must not be batched"):
-        torch.func.vmap(ours)(x, w.expand(3, N))
+@pytest.mark.parametrize("residual", [False, True])
+def test_batched_weight_matches_a_loop(residual):
+    """A weight batched with x (and residual): each batch element with its own weight, bit for
+    bit the plain call's."""
+    x, w, r = _inputs(torch.float32, m=3)
+    ws = torch.stack([w, w * 0.5, w + 1])
+
+    def f(a, b, c):
+        return rk.rmsnorm(a, b, EPS, residual=c if residual else None)
+
+    got = torch.func.vmap(f)(x, ws, r)
+    for i in range(3):
+        want = f(x[i], ws[i], r[i])
+        for g, e in _pairs(got, want):
+            assert torch.equal(g[i], e)
+
+
+def test_model_ensemble_with_stacked_module_state():
+    """PyTorch's model-ensembling recipe over rk.RMSNorm modules (every parameter batched),
+    forward and per-model weight gradients, against each model run on its own."""
+    models = [rk.RMSNorm(N, eps=EPS).to(DEVICE) for _ in range(3)]
+    with torch.no_grad():
+        for i, m in enumerate(models):
+            m.weight.mul_(1 + 0.1 * i)
+    params, buffers = torch.func.stack_module_state(models)
+    base = rk.RMSNorm(N, eps=EPS).to("meta")
+    x, _, t = _inputs(torch.float32, m=4)
+
+    def loss(p, b, a):
+        return (torch.func.functional_call(base, (p, b), (a,)) * t).sum()
+
+    grads = torch.func.vmap(torch.func.grad(loss), (0, 0, None))(params, buffers, x)
+    for i, m in enumerate(models):
+        m.zero_grad()
+        loss(dict(m.named_parameters()), {}, x).backward()
+        _close(grads["weight"][i], m.weight.grad, torch.float32)
