@@ -55,14 +55,15 @@ def tma_backward_kernel(
     start = pid * rows_per_program
     end = tl.minimum(start + rows_per_program, M)
     for r in tl.range(start, end, R, num_stages=STAGES):
-        x = tl.reshape(X_DESC.load([r, 0, 0]), [R, BLOCK]).to(tl.float32)
+        x_raw = tl.reshape(X_DESC.load([r, 0, 0]), [R, BLOCK])  # x's dtype (dx's)
+        x = x_raw.to(tl.float32)
         dy = tl.reshape(DY_DESC.load([r, 0, 0]), [R, BLOCK]).to(tl.float32)
         rows = r + tl.arange(0, R)
         rstd = tl.load(RSTD + rows, mask=rows < end, other=0.0)  # rows past M: x = 0, rstd = 0
         u = dy * w[None, :]
         mean_ux = tl.sum(u * x, axis=1) / N  # / N, never / BLOCK (here BLOCK == N anyway)
         dx = (u - x * (rstd * rstd * mean_ux)[:, None]) * rstd[:, None]
-        DX_DESC.store([r, 0, 0], tl.reshape(dx.to(DX_DESC.dtype), [R, CHUNKS, CHUNK]))
+        DX_DESC.store([r, 0, 0], tl.reshape(dx.to(x_raw.dtype), [R, CHUNKS, CHUNK]))
         dw += dy * x * rstd[:, None]
     tl.store(PART + pid.to(tl.int64) * N + cols, tl.sum(dw, axis=0))
 
