@@ -183,6 +183,7 @@ class ForwardConfig:
             raise ContractValueError(
                 f"ForwardConfig.block must be >= N = {n} with rows > 0 (got {self.block})"
             )
+        _check_clusters_supported("ForwardConfig.ctas", self.ctas)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +248,7 @@ class BackwardConfig:
             raise ContractValueError(
                 f"BackwardConfig.ctas > 1 needs the sum finish (got ctas={self.ctas}, tree=True)"
             )
+        _check_clusters_supported("BackwardConfig.ctas", self.ctas)
         if self.rows > 1 and not self.one_tile:
             raise ContractValueError(
                 f"BackwardConfig.rows > 1 needs one_tile (got rows={self.rows}, one_tile=False)"
@@ -261,11 +263,25 @@ def _check_block(name: str, block: int) -> None:
 #: CTAs per program a config may ask for: a thread-block cluster of up to 8 CTAs is portable on
 #: Hopper (16 needs an opt-in attribute Triton does not set).
 _CTAS = (1, 2, 4, 8)
+#: Oldest Triton that splits these kernels over a cluster: a row's reduction across CTAs compiles
+#: from 3.8 on (sm_90, experiments/kernel_perf/compile_check.py); 3.6 and 3.7 stop in their
+#: PlanCTA pass ("parent layout must have at least rank >= 2") for every kernel here.
+CLUSTERS_MIN_TRITON = (3, 8)
+TRITON_VERSION = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2])
 
 
 def _check_ctas(name: str, ctas: int) -> None:
     if ctas not in _CTAS:
         raise ContractValueError(f"{name} must be one of {_CTAS} (got {ctas})")
+
+
+def _check_clusters_supported(name: str, ctas: int) -> None:
+    if ctas > 1 and TRITON_VERSION < CLUSTERS_MIN_TRITON:
+        need = ".".join(map(str, CLUSTERS_MIN_TRITON))
+        raise ContractValueError(
+            f"{name} > 1 needs Triton >= {need}: this Triton ({triton.__version__}) cannot split a "
+            "row's reduction over a thread-block cluster"
+        )
 
 
 def _check_warps(name: str, warps: int) -> None:

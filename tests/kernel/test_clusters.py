@@ -3,7 +3,9 @@
 them, and on the GPU the wide rows a cluster holds in registers (one pass) against the float64
 oracle.
 
-The heuristics do not pick clusters yet (nothing measured on the H200: ``tune.py`` part ``ctas``);
+Clusters need Triton >= 3.8 (``config.CLUSTERS_MIN_TRITON``); on an older Triton (the H200
+image's 3.6) the cases check that such a config is refused before any launch. The heuristics do
+not pick clusters yet (nothing measured on the H200: ``tune.py`` part ``ctas``);
 these tests keep the explicit configs a tuning script passes correct. In Triton's interpreter a
 program is one whole program whatever ``num_ctas``, so the CPU cases check the plumbing only.
 """
@@ -17,10 +19,13 @@ import torch
 from kernel_helpers import assert_close, oracle, oracle_y
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel import ops
+from rmsnorm_kernel import config, ops
 from rmsnorm_kernel.config import BackwardConfig, ForwardConfig
 
 DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
+#: Cluster launches need Triton >= 3.8 (config.CLUSTERS_MIN_TRITON); on an older one the GPU
+#: cases below check the refusal instead.
+CLUSTERS = config.TRITON_VERSION >= config.CLUSTERS_MIN_TRITON
 gpu = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 
@@ -42,6 +47,16 @@ def triton_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
+def _clusters_or_refusal(launch):
+    """``launch()`` where this Triton runs clusters; elsewhere assert that it is refused, naming
+    the version, and return None."""
+    if CLUSTERS:
+        return launch()
+    with pytest.raises(ValueError, match=r"ctas > 1 needs Triton >= 3\.8"):
+        launch()
+    return None
+
+
 @pytest.mark.parametrize("ctas", [0, 3, 16])
 def test_ctas_is_checked_by_name(ctas):
     x = torch.randn(4, 64, device=DEVICE)
@@ -51,6 +66,16 @@ def test_ctas_is_checked_by_name(ctas):
     cfg = _sum_config(4, 64, 2, 4, ctas)
     with pytest.raises(ValueError, match=r"BackwardConfig.ctas must be one of"):
         ops.launch_backward(x, x, None, rstd, 0.0, None, x.dtype, config=cfg)
+
+
+def test_old_triton_is_refused_by_name(monkeypatch):
+    """Before Triton 3.8 a cluster config is refused before any launch, naming the version."""
+    monkeypatch.setattr(config, "TRITON_VERSION", (3, 6))
+    x = torch.randn(4, 64, device=DEVICE)
+    with pytest.raises(ValueError, match=r"ForwardConfig.ctas > 1 needs Triton >= 3.8"):
+        ops.launch_forward(x, None, None, 1e-6, 0.0, x.dtype, config=ForwardConfig(64, 0, 4, 2))
+    y = ops.launch_forward(x, None, None, 1e-6, 0.0, x.dtype, config=ForwardConfig(64, 0, 4, 1))
+    assert y[0].shape == x.shape  # one CTA runs on any Triton
 
 
 def test_clusters_need_the_sum_finish():
@@ -70,9 +95,13 @@ def test_cluster_configs_compute_the_same_function():
     x = torch.randn(m, n, device=DEVICE)
     w = torch.randn(n, device=DEVICE)
     dy = torch.randn(m, n, device=DEVICE)
-    y, _, rstd = ops.launch_forward(
-        x, w, None, 1e-6, 0.0, x.dtype, config=ForwardConfig(512, 0, 4, 2)
+    fwd = ForwardConfig(512, 0, 4, 2)
+    out = _clusters_or_refusal(
+        lambda: ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype, config=fwd)
     )
+    if out is None:
+        return
+    y, _, rstd = out
     assert_close(y, oracle_y(x, w), torch.float32, "y")
     dx, dw = ops.launch_backward(
         dy, x, w, rstd, 0.0, None, x.dtype, config=_sum_config(m, n, 3, 4, 2)
@@ -89,12 +118,13 @@ def test_the_cached_launch_keys_on_ctas():
     x = torch.randn(3, 256, device=DEVICE)
     before = set(ops.FORWARD.handles)
     outs = []
+    ctas_list = (1, 2) if CLUSTERS else (1,)
     for _ in range(2):
-        for ctas in (1, 2):
+        for ctas in ctas_list:
             cfg = ForwardConfig(256, 0, 4, ctas)
             outs.append(ops.launch_forward(x, None, None, 1e-6, 0.0, x.dtype, config=cfg)[0])
     new = [k for k in ops.FORWARD.handles if k not in before]
-    assert sorted(k[4] for k in new) == [1, 2]  # (device, consts, warps, stages, ctas, ...)
+    assert sorted(k[4] for k in new) == list(ctas_list)  # (device, consts, warps, stages, ctas)
     for y in outs[1:]:
         assert torch.equal(y, outs[0])
 
@@ -111,7 +141,10 @@ def test_wide_rows_in_one_pass_over_a_cluster_gpu(n, warps, ctas, dtype):
     x = torch.randn(m, n + 64, device="cuda", dtype=dtype)[:, :n]
     w = (1 + 0.3 * torch.randn(n, device="cuda")).to(dtype)
     cfg = ForwardConfig(triton_pow2(n), 0, warps, ctas)
-    y, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype, config=cfg)
+    out = _clusters_or_refusal(lambda: ops.launch_forward(x, w, None, 1e-6, 0.0, dtype, config=cfg))
+    if out is None:
+        return
+    y, _, rstd = out
     assert_close(y, oracle_y(x, w), dtype, f"y with {cfg}")
     ref = torch.rsqrt(x.double().square().mean(-1) + 1e-6)
     assert_close(rstd, ref, torch.float32, f"rstd with {cfg}")
@@ -128,7 +161,12 @@ def test_one_tile_backward_over_a_cluster_gpu(n, warps, ctas):
     dy = torch.randn(m, n, device="cuda", dtype=dtype)
     _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype)
     cfg = _sum_config(m, n, 132 // ctas, warps, ctas)
-    dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, dtype, config=cfg)
+    out = _clusters_or_refusal(
+        lambda: ops.launch_backward(dy, x, w, rstd, 0.0, None, dtype, config=cfg)
+    )
+    if out is None:
+        return
+    dx, dw = out
     _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     assert_close(dx, dx_ref, dtype, f"dx with {cfg}")
     assert_close(dw, dw_ref, dtype, f"dweight with {cfg}")

@@ -41,6 +41,9 @@ FUZZ = settings(
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
 
 
+#: CTAs per program drawn: clusters where this Triton compiles them (config.CLUSTERS_MIN_TRITON).
+CTAS = [1, 1, 2, 4] if config.TRITON_VERSION >= config.CLUSTERS_MIN_TRITON else [1]
+
 #: Values per thread at most this many in a drawn config: wider tiles are valid but only spill
 #: (and take minutes to compile), so the draws stay where a tuning script would look.
 MAX_PER_THREAD = 128
@@ -76,7 +79,7 @@ def backward_cases(draw):
         block = draw(st.sampled_from([16, 64, 256, 4096]))
     tree = draw(st.booleans())
     # Clusters (num_ctas) with the sum finish only (BackwardConfig.check says why).
-    ctas = 1 if tree else draw(st.sampled_from([1, 1, 2, 4]))
+    ctas = 1 if tree else draw(st.sampled_from(CTAS))
     return dict(
         m=m,
         n=n,
@@ -151,7 +154,7 @@ def forward_cases(draw):
         dtype=draw(st.sampled_from(DTYPES)),
         weight=draw(st.booleans()),
         cfg=ForwardConfig(
-            block, rows, _warps(draw, max(rows, 1) * block), draw(st.sampled_from([1, 1, 2, 4]))
+            block, rows, _warps(draw, max(rows, 1) * block), draw(st.sampled_from(CTAS))
         ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
