@@ -97,9 +97,15 @@ class CachedKernel:
         device_index: int | None,
         num_ctas: int = 1,
     ) -> None:
-        options = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas)
         if BACKEND == "interpreter" or device_index is None:
-            self.fn[grid](*args, *floats, *consts, **options)
+            self.fn[grid](
+                *args,
+                *floats,
+                *consts,
+                num_warps=num_warps,
+                num_stages=num_stages,
+                num_ctas=num_ctas,
+            )
             return
         n_args = len(args)
         key = (
@@ -114,7 +120,14 @@ class CachedKernel:
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
             with torch.cuda.device(device_index):
-                compiled = self.fn[grid](*args, *floats, *consts, **options)
+                compiled = self.fn[grid](
+                    *args,
+                    *floats,
+                    *consts,
+                    num_warps=num_warps,
+                    num_stages=num_stages,
+                    num_ctas=num_ctas,
+                )
             if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
                 compiled = compiled.result()
             self.handles[key] = (compiled.run, compiled.function, compiled.packed_metadata)
