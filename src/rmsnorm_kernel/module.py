@@ -19,8 +19,9 @@ def _as_shape(normalized_shape) -> tuple[int, ...]:
 
 
 def _autocast_registered(device_type: str) -> bool:
-    """Whether torch casts ``aten::rms_norm``'s inputs under autocast on this device type (an
-    autocast kernel is registered for it: the float32 list on CUDA in recent torch; none on CPU)."""
+    """Whether torch casts ``aten::rms_norm``'s inputs under autocast on this device type: an
+    autocast kernel is registered for it. On CUDA that is the float32 list (torch 2.13's
+    ``ATen/autocast_mode.h`` has ``rms_norm`` in ``AT_FORALL_FP32``); on CPU there is none."""
     key = "Autocast" + device_type.upper()
     try:
         return torch._C._dispatch_has_kernel_for_dispatch_key("aten::rms_norm", key)
