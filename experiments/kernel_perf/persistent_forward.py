@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 import rmsnorm_kernel  # noqa: F401  (picks the interpreter on a machine without CUDA)
+from rmsnorm_kernel.config import sm_count
 
 
 @triton.jit
@@ -50,7 +51,7 @@ def launch(x, w, eps, warps, stages, per_sm):
     y = torch.empty_like(x)
     rstd = torch.empty((m,), device=x.device, dtype=torch.float32)
     if x.is_cuda:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = sm_count(x.device.index)
         grid = max(1, min(m, sms * per_sm))
     else:
         grid = min(m, 3)

@@ -26,6 +26,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import rmsnorm_kernel  # noqa: F401  (picks the interpreter on a machine without CUDA)
+from rmsnorm_kernel.config import sm_count
 
 #: Widest TMA box dimension (CUDA's cuTensorMapEncodeTiled limit).
 MAX_BOX = 256
@@ -96,7 +97,7 @@ def launch(dy, x, w, rstd, rows, warps, stages, per_sm):
     chunk = min(n, MAX_BOX)
     chunks = n // chunk
     if x.is_cuda:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = sm_count(x.device.index)
         programs = sms * per_sm
     else:
         programs = 3

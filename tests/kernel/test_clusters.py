@@ -16,6 +16,7 @@ import dataclasses
 
 import pytest
 import torch
+import triton
 from kernel_helpers import assert_close, oracle, oracle_y
 
 import rmsnorm_kernel as rk
@@ -32,7 +33,7 @@ gpu = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 def _sum_config(m, n, groups, warps, ctas):
     rpp = -(-m // groups)
     return BackwardConfig(
-        block=triton_pow2(n),
+        block=triton.next_power_of_2(n),
         one_tile=True,
         groups=-(-m // rpp),
         rows_per_program=rpp,
@@ -41,10 +42,6 @@ def _sum_config(m, n, groups, warps, ctas):
         dw_float64=False,
         ctas=ctas,
     )
-
-
-def triton_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def _clusters_or_refusal(launch):
@@ -140,7 +137,7 @@ def test_wide_rows_in_one_pass_over_a_cluster_gpu(n, warps, ctas, dtype):
     m = 37
     x = torch.randn(m, n + 64, device="cuda", dtype=dtype)[:, :n]
     w = (1 + 0.3 * torch.randn(n, device="cuda")).to(dtype)
-    cfg = ForwardConfig(triton_pow2(n), 0, warps, ctas)
+    cfg = ForwardConfig(triton.next_power_of_2(n), 0, warps, ctas)
     out = _clusters_or_refusal(lambda: ops.launch_forward(x, w, None, 1e-6, 0.0, dtype, config=cfg))
     if out is None:
         return
