@@ -23,7 +23,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import assert_close, loosest, oracle
+from kernel_helpers import assert_close, loosest, oracle, x_away_from_zero
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import ops
@@ -86,10 +86,7 @@ def valid_cases(draw, dtype, w_kind=None):
         use_dh=residual and draw(st.booleans()),
         layout=draw(st.sampled_from(["contiguous", "row_strided", "transposed"])),
         pad=draw(st.integers(1, 17)),
-        # dx carries a factor r = 1 / rms(row), and with N = 1 or 2 it is a near-total
-        # cancellation (u * r * (1 - y*y)), so its float32 rounding error is ~r * 6e-8 * |u| in
-        # ANY implementation. The tolerances' atol is absolute (1e-5), so rows with rms < ~0.1
-        # would test the tolerance table, not the kernel: x is drawn with |x| >= scale / 4.
+        # x is drawn with |x| >= scale / 4: kernel_helpers.x_away_from_zero says why.
         scale=draw(st.sampled_from([0.5, 1.0, 100.0])),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
@@ -100,9 +97,7 @@ def _randn(gen, *shape, dtype, scale=1.0):
 
 
 def _x_values(gen, *shape, dtype, scale):
-    """Normal values pushed away from 0 by scale / 4 (see ``scale`` in ``valid_cases``)."""
-    z = torch.randn(*shape, generator=gen)
-    return (scale * (z + 0.25 * torch.sign(z))).to(device=DEVICE, dtype=dtype)
+    return x_away_from_zero(gen, *shape, scale=scale).to(device=DEVICE, dtype=dtype)
 
 
 def _make_x(case, gen):
