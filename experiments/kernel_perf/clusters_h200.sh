@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Device calls for the work the sixth session of 2026-11-30 wrote without a GPU: the GPU tests of
-# the new code (thread-block clusters, torch.func transforms, autocast, the config fuzz), the TMA
-# backward sweep, and the cluster sweep. Clusters need Triton >= 3.8 and the H200 image has 3.6,
+# GPU tests and tune.py parts on the image's Triton and on a carried Triton 3.9 (what runs: the
+# *_TESTS / *_PARTS variables below). Clusters need Triton >= 3.8 and the H200 image has 3.6,
 # so a slimmed Triton 3.9 (cp312; no AMD backend, Blackwell ptxas, CUPTI or proton) travels as a
 # 105 MB tar.xz split in two git-ignored folders, over the 64 MiB a call carries:
 #   PART=a bash experiments/kernel_perf/clusters_h200.sh "$OUT"     carry [".t39a"]  (seconds)
-#   bash experiments/kernel_perf/clusters_h200.sh "$OUT"            carry [".t39b"]  (~9 min)
+#   bash experiments/kernel_perf/clusters_h200.sh "$OUT"            carry [".t39b"]  (~4 min)
 # The second call must follow the first while the machine is warm (~30 s). Without the parts the
 # cluster cases run on the image's Triton, where they check the refusal only.
 # Rebuild the parts: pip download --no-deps triton==3.9.0 --python-version 3.12
@@ -26,14 +25,20 @@ step() {  # step NAME TIMEOUT CMD...: run, log, record rc and wall time
   echo "$name rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
   tail -${TAIL:-4} "$out/$name.log"
 }
-NEW_TESTS="tests/kernel/test_clusters.py tests/kernel/test_func_transforms.py
-  tests/kernel/test_autocast.py tests/kernel/test_config_fuzz.py tests/kernel/test_launch.py"
-# 1. The image's Triton (3.6): the new code's GPU tests (clusters: their refusal), TMA sweep.
-# ONLY=t39 skips to part 2.
+# What runs (defaults: the sixth session's plan): tests and tune.py parts on the image's Triton
+# (IMAGE_TESTS, IMAGE_PARTS; ONLY=t39 skips them), then under Triton 3.9 (T39_TESTS, T39_PARTS).
+IMAGE_TESTS=${IMAGE_TESTS:-"tests/kernel/test_clusters.py tests/kernel/test_func_transforms.py
+  tests/kernel/test_autocast.py tests/kernel/test_config_fuzz.py tests/kernel/test_launch.py"}
+IMAGE_PARTS=${IMAGE_PARTS:-tmabwd}
+T39_TESTS=${T39_TESTS:-"tests/kernel/test_clusters.py tests/kernel/test_config_fuzz.py
+  tests/kernel/test_gpu.py"}
+T39_PARTS=${T39_PARTS:-ctas}
+# 1. The image's Triton (3.6).
 if [ "${ONLY:-}" != t39 ]; then
   HYPOTHESIS_PROFILE=gpu TAIL=12 step pytest_image 200 \
-    python3 -m pytest -q -p no:cacheprovider -n 8 -rfE $NEW_TESTS
-  step tmabwd 150 python3 experiments/kernel_perf/tune.py --out "$out/tma.json" --parts tmabwd
+    python3 -m pytest -q -p no:cacheprovider -n 8 -rfE $IMAGE_TESTS
+  step parts_image 200 python3 experiments/kernel_perf/tune.py --out "$out/image.json" \
+    --parts "$IMAGE_PARTS"
 fi
 # 2. Triton 3.9 (carried): clusters for real.
 if [ -f /root/t39/t39part.00 ] && [ -f .t39b/t39part.01 ]; then
@@ -47,29 +52,23 @@ if [ -f /root/t39/t39part.00 ] && [ -f .t39b/t39part.01 ]; then
   chmod +x /tmp/t39/triton/backends/nvidia/bin/*  # unzip kept no mode bits
   python3 -c "import triton; print('triton', triton.__version__, triton.__file__)" | tee -a "$out/summary.txt"
   HYPOTHESIS_PROFILE=gpu TAIL=12 step pytest_t39 200 python3 -m pytest -q -p no:cacheprovider \
-    -n 8 -rfE tests/kernel/test_clusters.py tests/kernel/test_config_fuzz.py tests/kernel/test_gpu.py
-  step ctas 200 python3 experiments/kernel_perf/tune.py --out "$out/ctas.json" --parts ctas
+    -n 8 -rfE $T39_TESTS
+  step parts_t39 200 python3 experiments/kernel_perf/tune.py --out "$out/t39.json" \
+    --parts "$T39_PARTS"
 else
   echo "no Triton 3.9 parts (/root/t39/t39part.00 and .t39b/t39part.01): clusters not measured" \
     | tee -a "$out/summary.txt"
 fi
 python3 - "$out" <<'EOF' | tee "$out/best.txt"
 import json, sys
-for name in ("ctas", "tma"):
+for name in ("image", "t39"):
     try:
-        rows = json.load(open(f"{sys.argv[1]}/{name}.json"))["rows"]
+        data = json.load(open(f"{sys.argv[1]}/{name}.json"))
     except Exception as e:  # noqa: BLE001
         print(name, "no results:", e)
         continue
-    shapes = {}
-    for r in rows:
-        kind = "fwd" if r["variant"].startswith("fwd") else "bwd"
-        shapes.setdefault((r["M"], r["N"], r.get("dtype", ""), kind), []).append(r)
-    for key, rs in shapes.items():
-        ok = [r for r in rs if "us" in r]
-        default = [r for r in ok if "default" in r["variant"]]
-        best = min((r for r in ok if "default" not in r["variant"]), key=lambda r: r["us"], default=None)
-        errors = sum("error" in r for r in rs)
-        print(name, key, "default", round(default[0]["us"], 1) if default else None,
-              "best", (best["variant"], round(best["us"], 1)) if best else None, "errors", errors)
+    print(name, data["meta"])
+    for r in data["rows"]:
+        print(name, r["part"], r["M"], r["N"], r["variant"], round(r["us"], 1) if "us" in r
+              else r.get("error", "")[:120])
 EOF

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 import triton
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel import ops
+from rmsnorm_kernel import config, ops
 from rmsnorm_kernel.config import ForwardConfig, _row_warps, backward_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # previous_backward.py
@@ -766,6 +766,75 @@ CTAS_FWD = [
     (256, 262144),
 ]
 CTAS_BWD = [(4096, 16384), (2048, 32768), (1024, 65536), (4096, 65536)]
+
+
+#: Shapes of part tmapkg: the BWD_TMA widths from 4096 rows to the measured M, and fp32 4096 wider.
+TMA_PKG = [
+    (m, n, dtype)
+    for n, dtype in ((512, torch.bfloat16), (1024, torch.bfloat16), (4096, torch.float32))
+    for m in (4096, 8192, 16384, 32768, 65536, 131072)
+    if m * n <= 1 << 27
+]
+
+
+def part_tmapkg(rows):
+    """The package's backward heuristic with the TMA kernel (``backward_config(..., tma=True)``,
+    whatever TMA_MIN_M says) against the same heuristic without it, backward alone in graph mode,
+    from 4096 rows up: where TMA_MIN_M should sit."""
+    for m, n, dtype in TMA_PKG:
+        inputs = _bwd_inputs(m, n, dtype)
+        s = dtype.itemsize
+        tma_plan = config.BWD_TMA[(n, s)]
+        variants = {
+            "pointer": backward_config(m, n, 0, itemsize=s),
+            "tma": config._tma_backward_config(m, n, 0, tma_plan, None),
+        }
+        for name, cfg in variants.items():
+            _bwd_record(rows, "tmapkg", m, n, f"{name} {dtype}", cfg, inputs)
+        inputs = None
+
+
+#: Shapes of part ctaspkg: the cluster widths of the heuristics (FWD_CLUSTERS, BWD_CLUSTERS) at
+#: several M and both 16-bit and float32 rows, plus a row width that pads to the same block.
+CTAS_PKG_FWD = [(m, 65536, d) for m in (512, 1024, 4096) for d in (torch.bfloat16, torch.float32)]
+CTAS_PKG_FWD += [(1024, 40000, torch.bfloat16)]
+CTAS_PKG_BWD = [(m, 32768, d) for m in (1024, 2048, 8192) for d in (torch.bfloat16, torch.float32)]
+CTAS_PKG_BWD += [(2048, 20000, torch.bfloat16)]
+
+
+def part_ctaspkg(rows):
+    """The heuristics' cluster configs against the one-CTA configs they replace (the same
+    heuristics with TRITON_VERSION set below CLUSTERS_MIN_TRITON), graph replay."""
+    import unittest.mock
+
+    def one_cta(fn, *args, **kwargs):
+        with unittest.mock.patch.object(config, "TRITON_VERSION", (3, 6)):
+            config.forward_config.cache_clear()
+            config.backward_config.cache_clear()
+            out = fn(*args, **kwargs)
+        config.forward_config.cache_clear()
+        config.backward_config.cache_clear()
+        return out
+
+    for m, n, dtype in CTAS_PKG_FWD:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        for name, cfg in (
+            ("clusters", config.forward_config(m, n, 0)),
+            ("one CTA", one_cta(config.forward_config, m, n, 0)),
+        ):
+            _fwd_record(rows, "ctaspkg", m, n, f"fwd {name} {dtype}", x, w, cfg)
+        x = w = None
+    for m, n, dtype in CTAS_PKG_BWD:
+        inputs = _bwd_inputs(m, n, dtype)
+        s = dtype.itemsize
+        for name, cfg in (
+            ("clusters", backward_config(m, n, 0, itemsize=s)),
+            ("one CTA", one_cta(backward_config, m, n, 0, itemsize=s)),
+        ):
+            _bwd_record(rows, "ctaspkg", m, n, f"bwd {name} {dtype}", cfg, inputs)
+        inputs = None
 
 
 def part_ctas(rows):

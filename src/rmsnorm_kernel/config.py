@@ -146,6 +146,20 @@ SMALL_ROWS_PER_PROGRAM = 4
 SMALL_STAGES = 3
 SMALL_PIPELINE_MIN_BLOCK = 1024
 
+#: Tensor-descriptor (TMA) backward (rmsnorm_backward_tma_kernel, Hopper and newer): (rows per
+#: step, programs per SM, stages, warps), keyed like BWD_PIPELINE, from TMA_MIN_M rows. Graph
+#: replay, backward alone, against the heuristic then (tune.py part tmabwd, 2026-11-30, seventh
+#: session; experiments/kernel_perf/results/tma_2026-11-30g): 65536 x 1024 bf16 111.8 us vs
+#: 126.7 (four more variants at 114-117); 131072 x 512 bf16 115.8 vs 122.7 (118.2, 118.6 next);
+#: 16384 x 4096 float32 208.9 vs 216.0 (209.3 with 4 warps). Not at 16384 x 2048 bf16 (60.8 vs
+#: 62.2: within noise) nor 16384 x 4096 bf16 (113.8 vs 113.1). The sum finish, as measured.
+BWD_TMA = {(512, 2): (4, 2, 4, 4), (1024, 2): (2, 2, 4, 4), (4096, 4): (1, 1, 3, 8)}
+#: Fewest rows for the TMA backward: the smallest M it was measured at.
+TMA_MIN_M = 16384
+#: A descriptor's box holds at most this many values per dimension (cuTensorMapEncodeTiled), so a
+#: row is viewed as (N / TMA_CHUNK, TMA_CHUNK) when wider.
+TMA_CHUNK = 256
+
 #: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
 ROW_DOT_BLOCK = 8192
 ROW_DOT_WARPS = 16
@@ -198,7 +212,9 @@ class BackwardConfig:
     of the row loop; ``rows``: rows per step of that loop (more than 1: a ``(rows, block)`` tile
     per step, one-tile rows only); ``ctas``: CTAs per program of the row kernels, as
     :class:`ForwardConfig`'s (more than 1 with the sum finish only: the tree's counters are
-    scalar atomics, which every CTA of a cluster would run).
+    scalar atomics, which every CTA of a cluster would run); ``tma``: move x, dy and dx through
+    tensor descriptors (Hopper's TMA; rows of exactly ``block`` columns, ``rows_per_program`` a
+    multiple of ``rows``, one CTA; the tensors must be 16-byte aligned, see ``ops``).
     """
 
     block: int
@@ -212,6 +228,7 @@ class BackwardConfig:
     fanout: int = TREE_FANOUT
     rows: int = 1
     ctas: int = 1
+    tma: bool = False
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -253,6 +270,21 @@ class BackwardConfig:
             raise ContractValueError(
                 f"BackwardConfig.rows > 1 needs one_tile (got rows={self.rows}, one_tile=False)"
             )
+        if self.tma:
+            if not self.one_tile or self.block != n or self.ctas != 1:
+                raise ContractValueError(
+                    "BackwardConfig.tma needs one_tile, block == N and ctas == 1 "
+                    f"(got one_tile={self.one_tile}, block={self.block}, N={n}, ctas={self.ctas})"
+                )
+            if self.rows_per_program % self.rows or self.rows > TMA_CHUNK:
+                raise ContractValueError(
+                    "BackwardConfig.tma needs rows_per_program a multiple of rows, rows <= "
+                    f"{TMA_CHUNK} (got rows_per_program={self.rows_per_program}, rows={self.rows})"
+                )
+            if n < 16 or n > TMA_CHUNK * TMA_CHUNK:
+                raise ContractValueError(
+                    f"BackwardConfig.tma needs 16 <= N <= {TMA_CHUNK * TMA_CHUNK} (got N={n})"
+                )
 
 
 def _check_block(name: str, block: int) -> None:
@@ -268,6 +300,25 @@ _CTAS = (1, 2, 4, 8)
 #: PlanCTA pass ("parent layout must have at least rank >= 2") for every kernel here.
 CLUSTERS_MIN_TRITON = (3, 8)
 TRITON_VERSION = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2])
+#: Wide rows split over a cluster where this Triton can (CLUSTERS_MIN_TRITON), keyed by row block.
+#: Graph replay, bf16, Triton 3.9 on the H200 (tune.py part ctas, 2026-11-30, seventh session;
+#: experiments/kernel_perf/results/ctas_2026-11-30g). Forward (ctas, warps): 65536 columns, one
+#: pass over 8 CTAs of 8 warps, 1024 rows 87.5 us vs 91.8 (chunked, 1 CTA), 4096 rows 336.8 vs
+#: 357.4; not at 16384 / 32768 (clusters 78.7+ vs 68.4, 88.0+ vs 74.4), 131072 (102.4 vs 104.8,
+#: within noise) or 262144 (120.1 vs 104.7).
+FWD_CLUSTERS = {65536: (8, 8)}
+#: Backward (ctas, warps, CTAs per SM), one tile per row, sum finish: 32768 columns over 2
+#: CTAs of 16 warps, 1 CTA per SM (SMs / 2 programs), 2048 rows 145.8 us vs 175.0 (column tiles, 1 CTA). Not at
+#: 16384 (161.6 vs 145.8) nor 65536 (215.8+ vs 171.1, 793.4+ vs 641.4).
+BWD_CLUSTERS = {32768: (2, 16, 1)}
+
+
+def clusters_here(device_index: int | None) -> bool:
+    """Whether the heuristics may pick clusters: compiled kernels on a Hopper or newer GPU, with a
+    Triton that splits them."""
+    return (
+        device_index is not None and TRITON_VERSION >= CLUSTERS_MIN_TRITON and hopper(device_index)
+    )
 
 
 def _check_ctas(name: str, ctas: int) -> None:
@@ -292,6 +343,13 @@ def _check_warps(name: str, warps: int) -> None:
 @functools.cache
 def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+@functools.cache
+def hopper(device_index: int) -> bool:
+    """Whether the GPU is Hopper or newer (compute capability 9+): tensor-descriptor tiles copied
+    in hardware (TMA), thread-block clusters with distributed shared memory."""
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
 def _row_warps(block: int) -> int:
@@ -321,9 +379,12 @@ def forward_config(m: int, n: int, device_index: int | None) -> ForwardConfig:
                 rows //= 2
                 warps = 4
         return ForwardConfig(block, rows, warps)
+    block = triton.next_power_of_2(n)
     if n <= MAX_FUSED_N:
-        block = triton.next_power_of_2(n)
         return ForwardConfig(block, 0, _row_warps(block))
+    if block in FWD_CLUSTERS and clusters_here(device_index):
+        ctas, warps = FWD_CLUSTERS[block]
+        return ForwardConfig(block, 0, warps, ctas)
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
 
 
@@ -348,10 +409,23 @@ def backward_config(
     float64: bool = False,
     per_sm: int | None = None,
     itemsize: int = 2,
+    tma: bool = False,
 ) -> BackwardConfig:
     """The backward heuristic for ``m`` rows of ``n`` (``float64``: float64 math; ``itemsize``:
-    bytes per value of x and dy). ``per_sm`` overrides :func:`programs_per_sm` (for tuning: the
-    grid's size, everything else as chosen)."""
+    bytes per value of x and dy; ``tma``: the tensors can go through descriptors on a GPU with
+    TMA). ``per_sm`` overrides :func:`programs_per_sm` (for tuning: the grid's size, everything
+    else as chosen)."""
+    tma_plan = BWD_TMA.get((n, itemsize)) if tma and not float64 and m >= TMA_MIN_M else None
+    if tma_plan is not None and device_index is not None:
+        return _tma_backward_config(m, n, device_index, tma_plan, per_sm)
+    cluster_block = triton.next_power_of_2(n)
+    if (
+        n > MAX_FUSED_N_BWD
+        and not float64
+        and cluster_block in BWD_CLUSTERS
+        and clusters_here(device_index)
+    ):
+        return _cluster_backward_config(m, n, device_index, per_sm)
     one_tile = n <= MAX_FUSED_N_BWD
     block = triton.next_power_of_2(n) if one_tile else BWD_TILE
     tiles = 1 if one_tile else triton.cdiv(n, block)
@@ -388,4 +462,37 @@ def backward_config(
         stages = BWD_PIPELINE.get((block, itemsize), BWD_STAGES)
     return BackwardConfig(
         block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages, rows=rows
+    )
+
+
+def _tma_backward_config(
+    m: int, n: int, device_index: int, plan: tuple[int, int, int, int], per_sm: int | None
+) -> BackwardConfig:
+    """The BWD_TMA entry ``plan`` for ``m`` rows of ``n``: a persistent grid whose programs own
+    whole tiles, with the sum finish."""
+    rows, plan_per_sm, stages, warps = plan
+    groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm)
+    groups = max(1, min(groups, DW_SCRATCH_BYTES // (n * 8)))
+    rows_per_program = triton.cdiv(triton.cdiv(m, groups), rows) * rows
+    groups = triton.cdiv(m, rows_per_program)
+    dw_float64 = m * n <= F64_ROWS_MAX_ELEMS
+    return BackwardConfig(
+        n, True, groups, rows_per_program, warps, False, dw_float64, stages, rows=rows, tma=True
+    )
+
+
+def _cluster_backward_config(
+    m: int, n: int, device_index: int, per_sm: int | None
+) -> BackwardConfig:
+    """The BWD_CLUSTERS entry for ``m`` rows of ``n``: whole rows split over a cluster, a
+    persistent grid, the sum finish (clusters never take the tree: BackwardConfig.check)."""
+    block = triton.next_power_of_2(n)
+    ctas, warps, plan_per_sm = BWD_CLUSTERS[block]  # CTAs per SM: programs are clusters
+    groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm) // ctas
+    groups = max(1, min(groups, DW_SCRATCH_BYTES // (n * 8), max(1, m // MIN_ROWS_PER_PROGRAM)))
+    rows_per_program = triton.cdiv(m, groups)
+    groups = triton.cdiv(m, rows_per_program)
+    dw_float64 = m * n <= F64_ROWS_MAX_ELEMS
+    return BackwardConfig(
+        block, True, groups, rows_per_program, warps, False, dw_float64, ctas=ctas
     )

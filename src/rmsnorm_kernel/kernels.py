@@ -453,6 +453,88 @@ def rmsnorm_backward_rows_kernel(
         )
 
 
+@triton.jit(do_not_specialize=["M", "rows_per_program"])
+def rmsnorm_backward_tma_kernel(
+    DY_DESC,  # tensor descriptor of dy viewed as (M, CHUNKS, CHUNK), box (ROWS, CHUNKS, CHUNK)
+    X_DESC,  # the same for x (or x + residual)
+    DX_DESC,  # the same for dx (contiguous, dx's dtype)
+    W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
+    RSTD,  # pointer to the inverse RMS per row saved by the forward pass (M,)
+    DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
+    DW,  # pointer to the weight gradient (N,), as in the row kernel
+    DW_PARTIAL,  # pointer to the per-program dweight partials (groups, N), as in the row kernel
+    COUNTERS,  # pointer to int32 tree counters (groups,), zero on entry and on exit
+    stride_dh,
+    stride_w,  # elements between two values of W
+    M,  # number of rows
+    N,  # data width, == BLOCK
+    rows_per_program,  # a multiple of ROWS: a tile never straddles two programs
+    offset,  # u = dy * (offset + w): float32 high part ...
+    offset_lo,  # ... and low part
+    HAS_WEIGHT: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    LLAMA: tl.constexpr,
+    ACC: tl.constexpr,
+    DW_ACC: tl.constexpr,
+    BLOCK: tl.constexpr,  # == N, a power of two (= CHUNKS * CHUNK)
+    CHUNKS: tl.constexpr,
+    CHUNK: tl.constexpr,  # min(N, 256): a descriptor's box is at most 256 values per dimension
+    ROWS: tl.constexpr,  # rows per step: a (ROWS, BLOCK) tile
+    STAGES: tl.constexpr,  # software pipelining depth of the step loop
+    TREE: tl.constexpr,
+    FANOUT: tl.constexpr,
+):
+    """:func:`rmsnorm_backward_rows_kernel` with its x / dy loads and dx stores through tensor
+    descriptors: on Hopper each tile is one bulk asynchronous copy (TMA) issued by one thread,
+    instead of one ``cp.async`` per 16 bytes per thread, which frees issue slots and registers
+    for the math of short rows. A row tile past M is read as zeros and its store is clipped.
+
+    Row coordinates are int32 (a descriptor's); M < 2**31 rows, whatever M * N.
+    """
+    pid = tl.program_id(0)
+    groups = tl.num_programs(0)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    row_start = pid * rows_per_program
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    cols = tl.arange(0, BLOCK)
+    if HAS_WEIGHT:
+        w = tl.load(W + cols * stride_w).to(ACC) + offset
+    dw = tl.zeros([ROWS, BLOCK], dtype=DW_ACC)
+    for first in tl.range(row_start, row_end, ROWS, num_stages=STAGES):
+        rows = first + tl.arange(0, ROWS)
+        row_mask = rows < row_end
+        x_raw = tl.reshape(X_DESC.load([first, 0, 0]), [ROWS, BLOCK])
+        x = x_raw.to(ACC)
+        dy = tl.reshape(DY_DESC.load([first, 0, 0]), [ROWS, BLOCK]).to(ACC)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)[:, None]  # past M: 0
+        if HAS_WEIGHT:
+            u = dy * w[None, :]
+        else:
+            u = dy
+        mean_ux = (tl.sum(u * x, axis=1) / N)[:, None]
+        dx = _dx(u, x, rstd, mean_ux)
+        if HAS_DH:
+            dh_ptrs = DH + rows[:, None].to(tl.int64) * stride_dh + cols[None, :]
+            dx += tl.load(dh_ptrs, mask=row_mask[:, None], other=0.0).to(ACC)
+        DX_DESC.store([first, 0, 0], tl.reshape(dx.to(DX_DESC.dtype), [ROWS, CHUNKS, CHUNK]))
+        if HAS_WEIGHT:
+            dw += _dw_term(dy, x, rstd, LLAMA, x_raw.dtype, DW_ACC)  # rows past M add 0
+    if HAS_WEIGHT:
+        _dweight_finish(
+            tl.sum(dw, axis=0),
+            DW,
+            DW_PARTIAL,
+            COUNTERS,
+            pid,
+            groups,
+            N,
+            cols,
+            cols < N,
+            TREE,
+            FANOUT,
+        )
+
+
 @triton.jit
 def dweight_sum_kernel(
     PARTIAL,  # pointer to the per-program partials (G, N), float32 or float64

@@ -9,8 +9,10 @@ specialisation goes through ``JITFunction.run`` (which compiles it and returns t
 
 The key must separate everything Triton specialises on, or a handle compiled for other
 arguments would run: the device, the constexpr values, ``num_warps``/``num_stages``, each
-pointer's dtype and 16-byte alignment, and each integer's class (== 1, divisible by 16, fits in
-int32), exactly as ``triton._C.libtriton.native_specialize_impl`` classifies them.
+pointer's dtype and 16-byte alignment, each integer's class (== 1, divisible by 16, fits in
+int32), exactly as ``triton._C.libtriton.native_specialize_impl`` classifies them, and each
+tensor descriptor's dtype, box and padding (its shape and strides are encoded at every launch by
+the compiled launcher itself).
 
 Triton's interpreter (the CPU backend) has no compiled handle: there every launch takes
 ``kernel[grid](...)``, as does any launch while a Triton launch hook (a profiler) is installed.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .backend import BACKEND
 
@@ -54,7 +57,12 @@ def _spec(arg) -> object:
         return arg.dtype, arg.data_ptr() % 16 == 0
     if isinstance(arg, torch.dtype):
         return arg
-    raise TypeError(f"specialised kernel arguments are tensors or ints (got {type(arg).__name__})")
+    if isinstance(arg, TensorDescriptor):  # typed by its values and box (encoded per launch)
+        return arg.base.dtype, tuple(arg.block_shape), arg.padding
+    raise TypeError(
+        "specialised kernel arguments are tensors, ints or tensor descriptors "
+        f"(got {type(arg).__name__})"
+    )
 
 
 class CachedKernel:

@@ -14,18 +14,23 @@ import struct
 
 import torch
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import kernels
 from .backend import BACKEND
 from .config import (
+    BWD_TMA,
     ROW_DOT_BLOCK,
     ROW_DOT_WARPS,
     SUM_BLOCK_G,
     SUM_BLOCK_N,
+    TMA_CHUNK,
+    TMA_MIN_M,
     BackwardConfig,
     ForwardConfig,
     backward_config,
     forward_config,
+    hopper,
 )
 from .contract import ContractValueError, check_contract
 from .launch import CachedKernel
@@ -47,7 +52,12 @@ BACKWARD = CachedKernel(
 BACKWARD_ROWS = CachedKernel(
     kernels.rmsnorm_backward_rows_kernel, fresh=("DX", "DW", "DW_PARTIAL", "COUNTERS")
 )
+BACKWARD_TMA = CachedKernel(
+    kernels.rmsnorm_backward_tma_kernel, fresh=("DW", "DW_PARTIAL", "COUNTERS")
+)
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel, fresh=("PARTIAL", "DW"))
+#: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
+_TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @functools.lru_cache(maxsize=64)
@@ -108,6 +118,26 @@ def tree_counters(device: torch.device, index: int | None, size: int) -> torch.T
         counters = torch.zeros(max(size, 4096), device=device, dtype=torch.int32)
         _COUNTERS[key] = counters
     return counters
+
+
+def tma_ready(t: torch.Tensor, row_stride: int) -> bool:
+    """Whether rows of ``t`` (unit column stride, ``row_stride`` elements apart) can go through a
+    tensor descriptor: a 16-byte aligned base and row stride, in a dtype it moves."""
+    return (
+        t.dtype in _TMA_DTYPES
+        and t.data_ptr() % 16 == 0
+        and (row_stride * t.element_size()) % 16 == 0
+    )
+
+
+def _rows_desc(t: torch.Tensor, m: int, row_stride: int, rows: int) -> TensorDescriptor:
+    """A descriptor of ``m`` rows of ``t`` viewed as ``(M, N / chunk, chunk)``, box
+    ``(rows, N / chunk, chunk)`` with ``chunk = min(N, TMA_CHUNK)``."""
+    n = t.shape[-1]
+    chunk = min(n, TMA_CHUNK)
+    return TensorDescriptor(
+        t, [m, n // chunk, chunk], [row_stride, chunk, 1], [rows, n // chunk, chunk]
+    )
 
 
 def as_rows(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -254,9 +284,24 @@ def launch_backward(
     index = _device_index(x2)
     if config is None:
         itemsize = max(x2.element_size(), dy2.element_size())
-        config = backward_config(m, n, index, acc == torch.float64, itemsize=itemsize)
+        tma = (
+            index is not None
+            and m >= TMA_MIN_M
+            and (n, itemsize) in BWD_TMA
+            and dx.dtype in _TMA_DTYPES
+            and hopper(index)
+            and tma_ready(x2, sx)
+            and tma_ready(dy2, sdy)
+        )
+        config = backward_config(m, n, index, acc == torch.float64, itemsize=itemsize, tma=tma)
     else:
         config.check(m, n)
+        if config.tma and not (tma_ready(x2, sx) and tma_ready(dy2, sdy) and tma_ready(dx, n)):
+            raise ContractValueError(
+                "BackwardConfig.tma needs x, dy and dx in float16, bfloat16 or float32 with "
+                "16-byte aligned data and row strides (got x "
+                f"{x2.dtype} stride {sx}, dy {dy2.dtype} stride {sdy}, dx {dx.dtype})"
+            )
     block, one_tile, groups, tree = config.block, config.one_tile, config.groups, config.tree
     tiles = config.tiles_for(n)
     dw_acc = torch.float64 if config.dw_float64 or acc == torch.float64 else torch.float32
@@ -286,7 +331,21 @@ def launch_backward(
         dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
     else:
         dh, sdh = dy2, 0
-    if config.rows > 1:
+    if config.tma:
+        BACKWARD_TMA.launch(
+            (groups,),
+            (_rows_desc(dy2, m, sdy, config.rows), _rows_desc(x2, m, sx, config.rows))
+            + (_rows_desc(dx, m, n, config.rows), w, rstd, dh, dw, partial, counters, sdh, sw)
+            + (m, n, config.rows_per_program),
+            offsets,
+            (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
+            + (n // min(n, TMA_CHUNK), min(n, TMA_CHUNK), config.rows, config.stages, tree)
+            + (config.fanout,),
+            config.num_warps,
+            1,
+            index,
+        )
+    elif config.rows > 1:
         BACKWARD_ROWS.launch(
             (groups,),
             (dy2, x2, w, rstd, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)

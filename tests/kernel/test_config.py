@@ -14,6 +14,7 @@ H200_SMS = 132
 @pytest.fixture
 def h200(monkeypatch):
     monkeypatch.setattr(config, "sm_count", lambda index: H200_SMS)
+    monkeypatch.setattr(config, "hopper", lambda index: True)
     config.backward_config.cache_clear()
     config.forward_config.cache_clear()
     yield
@@ -116,3 +117,40 @@ def test_forward_rows_per_program_of_short_rows(h200):
         512: (4, 4),
         1024: (2, 4),
     }
+
+
+@pytest.mark.parametrize("triton_version", [(3, 6), (3, 9)])
+def test_wide_rows_take_clusters_only_where_triton_splits_them(h200, monkeypatch, triton_version):
+    """Forward 65536 columns: one pass over 8 CTAs (87.5 us vs 91.8 at 1024 rows); backward 32768
+    columns: whole rows over 2 CTAs (145.8 us vs 175.0 at 2048 rows). On Triton < 3.8, or off
+    Hopper, the one-CTA geometry of before."""
+    monkeypatch.setattr(config, "TRITON_VERSION", triton_version)
+    clusters = triton_version >= config.CLUSTERS_MIN_TRITON
+    fwd = config.forward_config(1024, 65536, 0)
+    if clusters:
+        assert (fwd.block, fwd.rows, fwd.num_warps, fwd.ctas) == (65536, 0, 8, 8)
+    else:
+        assert (fwd.block, fwd.num_warps, fwd.ctas) == (config.LOOP_BLOCK, config.LOOP_WARPS, 1)
+    fwd.check(65536)
+    for n in (32768, 20000):  # a block of 32768 either way
+        bwd = config.backward_config(2048, n, 0)
+        if clusters:
+            assert (bwd.one_tile, bwd.block, bwd.ctas, bwd.num_warps) == (True, 32768, 2, 16)
+            assert not bwd.tree and bwd.rows_per_program == 32  # 64 clusters: 1 CTA per SM
+        else:
+            assert (bwd.one_tile, bwd.block, bwd.ctas) == (False, config.BWD_TILE, 1)
+        bwd.check(2048, n)
+    # never for float64 math, nor for the widths not measured to gain
+    assert config.backward_config(2048, 32768, 0, float64=True).ctas == 1
+    assert config.backward_config(2048, 65536, 0).ctas == 1
+    assert config.backward_config(4096, 16384, 0).ctas == 1
+    assert config.forward_config(2048, 32768, 0).ctas == 1
+    assert config.forward_config(512, 131072, 0).ctas == 1
+
+
+def test_clusters_need_hopper(h200, monkeypatch):
+    monkeypatch.setattr(config, "TRITON_VERSION", (3, 9))
+    monkeypatch.setattr(config, "hopper", lambda index: False)
+    assert config.forward_config(1024, 65536, 0).ctas == 1
+    assert config.backward_config(2048, 32768, 0).ctas == 1
+    assert config.forward_config(1024, 65536, None).ctas == 1  # the interpreter

@@ -68,7 +68,8 @@ def _warps(draw, values: int) -> int:
 @st.composite
 def backward_cases(draw):
     m = draw(st.integers(1, MAX_M))
-    n = draw(st.one_of(st.integers(1, 300), st.integers(1, MAX_N)))
+    pow2 = st.sampled_from([1 << k for k in range(4, MAX_N.bit_length())])  # the TMA widths
+    n = draw(st.one_of(st.integers(1, 300), st.integers(1, MAX_N), pow2))
     rows_per_program = draw(st.integers(1, m))
     one_tile = n <= config.MAX_FUSED_N_BWD and draw(st.sampled_from([True, True, False]))
     rows = 1
@@ -80,6 +81,10 @@ def backward_cases(draw):
     tree = draw(st.booleans())
     # Clusters (num_ctas) with the sum finish only (BackwardConfig.check says why).
     ctas = 1 if tree else draw(st.sampled_from(CTAS))
+    # Tensor descriptors: whole rows of exactly block columns, programs owning whole tiles.
+    tma = one_tile and block == n and n >= 16 and ctas == 1 and draw(st.booleans())
+    if tma:
+        rows_per_program = -(-rows_per_program // rows) * rows
     return dict(
         m=m,
         n=n,
@@ -100,6 +105,7 @@ def backward_cases(draw):
             fanout=draw(st.sampled_from([2, 3, 8])),
             rows=rows,
             ctas=ctas,
+            tma=tma,
         ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
@@ -174,18 +180,29 @@ def test_every_forward_config_matches_the_oracle(case):
     assert_close(rstd, ref_rstd, torch.float32, f"rstd with {cfg}")
 
 
+def _kind(cfg):
+    return (cfg.rows > 1, cfg.one_tile, cfg.tree, cfg.tma)
+
+
 @pytest.mark.parametrize(
     "target",
-    [(True, True, True), (True, True, False), (False, True, True), (False, False, False)],
-    ids=["rows-tree", "rows-sum", "row-tree", "column-tiles"],
+    [
+        (True, True, True, False),
+        (True, True, False, False),
+        (False, True, True, False),
+        (False, False, False, False),
+        (True, True, False, True),
+        (False, True, True, True),
+    ],
+    ids=["rows-tree", "rows-sum", "row-tree", "column-tiles", "tma-rows-sum", "tma-row-tree"],
 )
 def test_backward_cases_reach_each_kernel(target):
-    """The strategy reaches both backward kernels, both finishes and column tiles (a guard on the
-    drawing: ``find`` searches until an example has ``(rows > 1, one_tile, tree) == target``, so
-    the guard holds under every profile, not only for one derandomised sequence)."""
+    """The strategy reaches the three backward kernels, both finishes and column tiles (a guard
+    on the drawing: ``find`` searches until an example has ``(rows > 1, one_tile, tree, tma) ==
+    target``, so the guard holds under every profile, not only for one derandomised sequence)."""
     found = find(
         backward_cases(),
-        lambda c: (c["cfg"].rows > 1, c["cfg"].one_tile, c["cfg"].tree) == target,
+        lambda c: _kind(c["cfg"]) == target,
         settings=settings(max_examples=2000, derandomize=True, database=None),
     )
-    assert (found["cfg"].rows > 1, found["cfg"].one_tile, found["cfg"].tree) == target
+    assert _kind(found["cfg"]) == target

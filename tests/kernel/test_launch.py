@@ -45,5 +45,18 @@ def test_equal_tensor_keys_mean_equal_triton_specialisation(dtype):
 
 
 def test_floats_are_refused_as_specialised_arguments():
-    with pytest.raises(TypeError, match="tensors or ints"):
+    with pytest.raises(TypeError, match="tensors, ints or tensor descriptors"):
         _spec(1.5)
+
+
+def test_a_descriptor_is_keyed_by_dtype_box_and_padding():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    t = torch.zeros(8, 64)
+
+    def desc(rows, base=t):
+        return TensorDescriptor(base, [8, 64], [64, 1], [rows, 64])
+
+    assert _spec(desc(2)) == _spec(desc(2))  # the shape and strides are encoded per launch
+    assert _spec(desc(2)) != _spec(desc(4))
+    assert _spec(desc(2)) != _spec(desc(2, t.to(torch.bfloat16)))

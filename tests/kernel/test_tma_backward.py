@@ -1,0 +1,203 @@
+"""The tensor-descriptor (TMA) backward (``BackwardConfig.tma``, ``rmsnorm_backward_tma_kernel``):
+every feature of the backward against the float64 oracle and, bitwise, against the pointer
+kernel with the same geometry; the config's rules and the tensors' alignment refused by name
+before any output is written; the heuristic's choice (Hopper, measured widths, from
+``TMA_MIN_M`` rows, aligned tensors only).
+
+Triton's interpreter runs descriptors as strided loads, so the CPU cases check the indexing
+(the 3-D row view, tiles past M, programs owning whole tiles); the GPU cases run TMA itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import triton
+from kernel_helpers import assert_close, oracle, x_away_from_zero
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import config, ops
+from rmsnorm_kernel.config import BackwardConfig
+from rmsnorm_kernel.contract import ContractValueError
+
+DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
+gpu = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
+
+
+def _tma_config(m, n, groups, rows, stages=2, tree=False, warps=4):
+    rpp = triton.cdiv(triton.cdiv(m, groups), rows) * rows  # a multiple of rows
+    return BackwardConfig(
+        block=n,
+        one_tile=True,
+        groups=-(-m // rpp),
+        rows_per_program=rpp,
+        num_warps=warps,
+        tree=tree,
+        dw_float64=False,
+        stages=stages,
+        rows=rows,
+        tma=True,
+    )
+
+
+def _misaligned(t):
+    """``t``'s values in a tensor one element into its storage (not 16-byte aligned)."""
+    flat = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)
+    out = flat[1:].view(t.shape)
+    out.copy_(t)
+    return out
+
+
+def _inputs(m, n, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = x_away_from_zero(gen, m, n).to(DEVICE, dtype)
+    dy = torch.randn(m, n, generator=gen).to(DEVICE, dtype)
+    w = (1 + 0.5 * torch.randn(n, generator=gen)).to(DEVICE, dtype)
+    return x, dy, w
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "rows", "groups", "tree"),
+    [
+        (37, 512, 4, 5, False),  # the last tile of the last program runs past M
+        (40, 16, 2, 3, True),  # the narrowest row a descriptor takes, the tree finish
+        (9, 1024, 1, 4, False),  # rows wider than a box: (N / 256, 256) chunks
+        (5, 64, 8, 1, False),  # one program, one tile larger than M
+    ],
+)
+@pytest.mark.parametrize("features", ["weight", "none", "llama+dh", "offset"])
+def test_tma_backward_matches_oracle_and_pointer_kernel(m, n, rows, groups, tree, features):
+    dtype = torch.float32
+    x, dy, w = _inputs(m, n, dtype)
+    weight = None if features == "none" else w
+    llama = features == "llama+dh"
+    offset = 1.0 if features == "offset" else 0.0
+    dh = torch.randn(m, n, device=DEVICE, dtype=dtype) if llama else None
+    _, _, rstd = ops.launch_forward(x, weight, None, 1e-6, offset, dtype, llama=llama)
+    cfg = _tma_config(m, n, groups, rows, tree=tree)
+    dx, dw = ops.launch_backward(dy, x, weight, rstd, offset, dh, dtype, llama=llama, config=cfg)
+    pointer = dataclasses.replace(cfg, tma=False)
+    dx0, dw0 = ops.launch_backward(
+        dy, x, weight, rstd, offset, dh, dtype, llama=llama, config=pointer
+    )
+    assert torch.equal(dx, dx0)  # the same math, only the loads and stores differ
+    _, _, dx_ref, dw_ref, _ = oracle(x, weight, dy, offset=offset)
+    if dh is not None:
+        dx_ref = dx_ref + dh.double()
+    assert_close(dx, dx_ref, dtype, f"dx with {cfg}")
+    if weight is None:
+        assert dw is None and dw0 is None
+        return
+    assert torch.equal(dw, dw0)  # the same partials, summed in the same order
+    dx1, dw1 = ops.launch_backward(dy, x, weight, rstd, offset, dh, dtype, llama=llama, config=cfg)
+    assert torch.equal(dw1, dw) and torch.equal(dx1, dx)
+    if llama:
+        normed = (x.float() * rstd[:, None]).to(dtype).double()
+        assert_close(dw, (dy.double() * normed).sum(0), dtype, "dweight (llama)")
+    else:
+        assert_close(dw, dw_ref, dtype, "dweight")
+
+
+def test_tma_reads_row_strided_views():
+    """Rows a padded row stride apart (16-byte aligned): read in place through the descriptor."""
+    m, n = 12, 64
+    base_x, base_dy, w = _inputs(m, n + 8, torch.float32)
+    x, dy = base_x[:, :n], base_dy[:, :n]
+    w = w[:n]
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=_tma_config(m, n, 3, 2))
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    assert_close(dx, dx_ref, torch.float32, "dx")
+    assert_close(dw, dw_ref, torch.float32, "dweight")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(block=128), r"tma needs one_tile, block == N"),
+        (dict(one_tile=False, rows=1), r"tma needs one_tile, block == N"),
+        (dict(rows_per_program=6, groups=7), r"rows_per_program a multiple of rows"),
+    ],
+)
+def test_tma_config_rules_are_named(change, message):
+    m, n = 40, 64
+    x, dy, w = _inputs(m, n, torch.float32)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    cfg = dataclasses.replace(_tma_config(m, n, 5, 4), **change)
+    with pytest.raises(ContractValueError, match=message):
+        ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+
+
+def test_tma_refuses_misaligned_rows_before_any_output(monkeypatch):
+    """x one element into its storage: not 16-byte aligned. Refused by name before a launch."""
+    m, n = 8, 64
+    x, dy, w = _inputs(m, n, torch.float32)
+    x = _misaligned(x)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    launched = []
+    monkeypatch.setattr(ops.BACKWARD_TMA, "launch", lambda *a, **k: launched.append(a))
+    with pytest.raises(ContractValueError, match=r"16-byte aligned data and row strides"):
+        ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=_tma_config(m, n, 2, 2))
+    assert not launched
+
+
+@pytest.mark.parametrize("float64", [False, True])
+def test_float64_rows_never_take_tma(float64):
+    """float64 math keeps pointers: descriptors move 16-bit and float32 values only."""
+    cfg = config.backward_config(65536, 1024, None, float64, itemsize=2, tma=True)
+    assert not cfg.tma
+
+
+def test_heuristic_picks_tma_only_where_measured(monkeypatch):
+    monkeypatch.setattr(config, "sm_count", lambda index: 132)
+    config.backward_config.cache_clear()
+    try:
+        for (n, itemsize), (rows, per_sm, stages, warps) in config.BWD_TMA.items():
+            cfg = config.backward_config(config.TMA_MIN_M * 4, n, 0, itemsize=itemsize, tma=True)
+            assert cfg.tma and cfg.block == n and cfg.rows == rows and cfg.stages == stages
+            assert cfg.num_warps == warps and not cfg.tree
+            assert cfg.rows_per_program % rows == 0 and cfg.groups <= 132 * per_sm
+            cfg.check(config.TMA_MIN_M * 4, n)
+            # not below TMA_MIN_M rows, nor when the caller found the tensors unfit
+            assert not config.backward_config(
+                config.TMA_MIN_M - 1, n, 0, itemsize=itemsize, tma=True
+            ).tma
+            assert not config.backward_config(config.TMA_MIN_M * 4, n, 0, itemsize=itemsize).tma
+        assert not config.backward_config(65536, 2048, 0, itemsize=2, tma=True).tma  # not measured
+    finally:
+        config.backward_config.cache_clear()
+
+
+@gpu
+@pytest.mark.parametrize(
+    ("m", "n", "dtype"), [(65536, 1024, torch.bfloat16), (16384, 4096, torch.float32)]
+)
+def test_hopper_heuristic_runs_tma_and_matches_oracle(m, n, dtype):
+    """On a GPU with TMA the measured shapes take the descriptor kernel; elsewhere the pointer
+    kernel. Either way the result matches the oracle."""
+    x, dy, w = _inputs(m, n, dtype)
+    x, w = x.requires_grad_(), w.requires_grad_()
+    before = dict(ops.BACKWARD_TMA.launches)
+    rk.rmsnorm(x, w, 1e-6).backward(dy)
+    ran = sum(ops.BACKWARD_TMA.launches.values()) - sum(before.values())
+    assert ran == (1 if config.hopper(x.device.index) else 0)
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    assert_close(x.grad, dx_ref, dtype, "dx")
+    assert_close(w.grad, dw_ref, dtype, "dweight")
+
+
+@gpu
+def test_misaligned_rows_take_the_pointer_kernel_on_gpu():
+    """The heuristic checks alignment: a tensor one element into its storage takes the pointer
+    kernel (a choice of kernel: same results, same contract)."""
+    m, n = 65536, 1024
+    x, dy, w = _inputs(m, n, torch.bfloat16)
+    x, w = _misaligned(x).requires_grad_(), w.requires_grad_()
+    before = sum(ops.BACKWARD_TMA.launches.values())
+    rk.rmsnorm(x, w, 1e-6).backward(dy)
+    assert sum(ops.BACKWARD_TMA.launches.values()) == before
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    assert_close(x.grad, dx_ref, torch.bfloat16, "dx")
+    assert_close(w.grad, dw_ref, torch.bfloat16, "dweight")
