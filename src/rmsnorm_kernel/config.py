@@ -148,14 +148,19 @@ SMALL_PIPELINE_MIN_BLOCK = 1024
 
 #: Tensor-descriptor (TMA) backward (rmsnorm_backward_tma_kernel, Hopper and newer): (rows per
 #: step, programs per SM, stages, warps), keyed like BWD_PIPELINE, from TMA_MIN_M rows. Graph
-#: replay, backward alone, against the heuristic then (tune.py part tmabwd, 2026-11-30, seventh
-#: session; experiments/kernel_perf/results/tma_2026-11-30g): 65536 x 1024 bf16 111.8 us vs
-#: 126.7 (four more variants at 114-117); 131072 x 512 bf16 115.8 vs 122.7 (118.2, 118.6 next);
-#: 16384 x 4096 float32 208.9 vs 216.0 (209.3 with 4 warps). Not at 16384 x 2048 bf16 (60.8 vs
-#: 62.2: within noise) nor 16384 x 4096 bf16 (113.8 vs 113.1). The sum finish, as measured.
+#: replay, backward alone, on the H200 (tune.py parts tmabwd and tmapkg, 2026-11-30, seventh
+#: session; experiments/kernel_perf/results/h200_2026-11-30g). Chosen by part tmabwd's sweep:
+#: 65536 x 1024 bf16 111.8 us vs 126.7 (four more variants at 114-117); 131072 x 512 bf16 115.8
+#: vs 122.7; 16384 x 4096 float32 208.9 vs 216.0. Not at 16384 x 2048 bf16 (60.8 vs 62.2: within
+#: noise) nor 16384 x 4096 bf16 (113.8 vs 113.1). Then part tmapkg against the heuristic without
+#: it, 4096 / 8192 / 16384 / 32768 / 65536 / 131072 rows (Triton 3.6): 512 columns 13.9 / 16.7
+#: / 23.6 / 38.7 / 64.6 / 116.5 us vs 28.4 / 30.6 / 37.7 / 49.2 / 73.4 / 121.8; 1024 columns
+#: 14.2 / 22.3 / 36.5 / 63.8 / 112.7 / 211.4 vs 22.6 / 30.2 / 44.2 / 72.9 / 126.9 / 234.1;
+#: float32 4096 columns (to 32768 rows) 57.7 / 109.6 / 208.5 / 413.0 vs 61.5 / 111.4 / 214.2 /
+#: 412.2 (equal at 32768). Triton 3.9: the same within 1-8%. The sum finish, as measured.
 BWD_TMA = {(512, 2): (4, 2, 4, 4), (1024, 2): (2, 2, 4, 4), (4096, 4): (1, 1, 3, 8)}
 #: Fewest rows for the TMA backward: the smallest M it was measured at.
-TMA_MIN_M = 16384
+TMA_MIN_M = 4096
 #: A descriptor's box holds at most this many values per dimension (cuTensorMapEncodeTiled), so a
 #: row is viewed as (N / TMA_CHUNK, TMA_CHUNK) when wider.
 TMA_CHUNK = 256
@@ -300,16 +305,20 @@ _CTAS = (1, 2, 4, 8)
 #: PlanCTA pass ("parent layout must have at least rank >= 2") for every kernel here.
 CLUSTERS_MIN_TRITON = (3, 8)
 TRITON_VERSION = tuple(int(p) for p in triton.__version__.split("+")[0].split(".")[:2])
-#: Wide rows split over a cluster where this Triton can (CLUSTERS_MIN_TRITON), keyed by row block.
-#: Graph replay, bf16, Triton 3.9 on the H200 (tune.py part ctas, 2026-11-30, seventh session;
-#: experiments/kernel_perf/results/ctas_2026-11-30g). Forward (ctas, warps): 65536 columns, one
-#: pass over 8 CTAs of 8 warps, 1024 rows 87.5 us vs 91.8 (chunked, 1 CTA), 4096 rows 336.8 vs
-#: 357.4; not at 16384 / 32768 (clusters 78.7+ vs 68.4, 88.0+ vs 74.4), 131072 (102.4 vs 104.8,
-#: within noise) or 262144 (120.1 vs 104.7).
+#: Wide rows split over a cluster where this Triton can (CLUSTERS_MIN_TRITON), keyed by row block
+#: and only for rows exactly that wide. Graph replay, Triton 3.9 on the H200 (tune.py parts ctas
+#: and ctaspkg, 2026-11-30, seventh session; experiments/kernel_perf/results/h200_2026-11-30g).
+#: Forward (ctas, warps): 65536 columns, one pass over 8 CTAs of 8 warps, against the one-CTA
+#: chunked pass: bf16 512 / 1024 / 4096 rows 45.6 / 87.5 / 337.1 us vs 47.4 / 91.9 / 358.4,
+#: float32 85.5 / 164.1 / 634.4 vs 95.0 / 189.8 / 747.0. Not at 16384 / 32768 columns (clusters
+#: 78.7+ vs 68.4, 88.0+ vs 74.4), 131072 (102.4 vs 104.8, within noise), 262144 (120.1 vs
+#: 104.7), nor 40000 columns in a 65536 block (67.4 vs 51.1: the padding costs more).
 FWD_CLUSTERS = {65536: (8, 8)}
-#: Backward (ctas, warps, CTAs per SM), one tile per row, sum finish: 32768 columns over 2
-#: CTAs of 16 warps, 1 CTA per SM (SMs / 2 programs), 2048 rows 145.8 us vs 175.0 (column tiles, 1 CTA). Not at
-#: 16384 (161.6 vs 145.8) nor 65536 (215.8+ vs 171.1, 793.4+ vs 641.4).
+#: Backward (ctas, warps, CTAs per SM), one tile per row, sum finish: 32768 columns over 2 CTAs
+#: of 16 warps, 1 CTA per SM (SMs / 2 programs), against column tiles on one CTA: bf16 1024 /
+#: 2048 / 8192 rows 81.4 / 146.0 / 520.6 us vs 91.5 / 175.6 / 655.0, float32 131.4 / 245.3 /
+#: 910.7 vs 173.5 / 337.1 / 1291.8. Not at 16384 (161.6 vs 145.8), 65536 (215.8+ vs 171.1,
+#: 793.4+ vs 641.4), nor 20000 columns in a 32768 block (131.2 vs 115.8).
 BWD_CLUSTERS = {32768: (2, 16, 1)}
 
 
@@ -382,7 +391,7 @@ def forward_config(m: int, n: int, device_index: int | None) -> ForwardConfig:
     block = triton.next_power_of_2(n)
     if n <= MAX_FUSED_N:
         return ForwardConfig(block, 0, _row_warps(block))
-    if block in FWD_CLUSTERS and clusters_here(device_index):
+    if n == block and block in FWD_CLUSTERS and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
@@ -418,13 +427,7 @@ def backward_config(
     tma_plan = BWD_TMA.get((n, itemsize)) if tma and not float64 and m >= TMA_MIN_M else None
     if tma_plan is not None and device_index is not None:
         return _tma_backward_config(m, n, device_index, tma_plan, per_sm)
-    cluster_block = triton.next_power_of_2(n)
-    if (
-        n > MAX_FUSED_N_BWD
-        and not float64
-        and cluster_block in BWD_CLUSTERS
-        and clusters_here(device_index)
-    ):
+    if n in BWD_CLUSTERS and not float64 and clusters_here(device_index):
         return _cluster_backward_config(m, n, device_index, per_sm)
     one_tile = n <= MAX_FUSED_N_BWD
     block = triton.next_power_of_2(n) if one_tile else BWD_TILE

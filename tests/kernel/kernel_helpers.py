@@ -90,6 +90,18 @@ def assert_close(actual, expected, dtype, what):
     )
 
 
+def assert_dweight_within_sum_bound(dw, x, dy, eps=1e-6):
+    """dweight of many rows (no weight offset, F.rms_norm's rounding) against the float64 sum of
+    its terms, within the classical bound of any float32 summation order: ``|error| <= M *
+    2**-24 * sum(|terms|)``. A float32 sum of M terms cannot meet an elementwise 1e-5 tolerance
+    (the result's own ulp is larger); a mean instead of a sum, or a lost partial, breaks it."""
+    xd = x.detach().double()
+    terms = dy.double() * xd * torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps)
+    error = (dw.double() - terms.sum(0)).abs()
+    bound = x.shape[0] * 2.0**-24 * terms.abs().sum(0)
+    assert (error <= bound).all(), f"max error/bound {(error / bound).max().item():.3g}"
+
+
 def check_against_oracle(x, weight, dtype, eps=1e-6, **kwargs):
     """Run ``rmsnorm`` forward + backward on fresh leaves; assert y, dx, dweight vs the oracle.
 

@@ -122,8 +122,8 @@ def test_forward_rows_per_program_of_short_rows(h200):
 @pytest.mark.parametrize("triton_version", [(3, 6), (3, 9)])
 def test_wide_rows_take_clusters_only_where_triton_splits_them(h200, monkeypatch, triton_version):
     """Forward 65536 columns: one pass over 8 CTAs (87.5 us vs 91.8 at 1024 rows); backward 32768
-    columns: whole rows over 2 CTAs (145.8 us vs 175.0 at 2048 rows). On Triton < 3.8, or off
-    Hopper, the one-CTA geometry of before."""
+    columns: whole rows over 2 CTAs (146.0 us vs 175.6 at 2048 rows); rows exactly that wide
+    only. On Triton < 3.8, or off Hopper, the one-CTA geometry of before."""
     monkeypatch.setattr(config, "TRITON_VERSION", triton_version)
     clusters = triton_version >= config.CLUSTERS_MIN_TRITON
     fwd = config.forward_config(1024, 65536, 0)
@@ -132,7 +132,9 @@ def test_wide_rows_take_clusters_only_where_triton_splits_them(h200, monkeypatch
     else:
         assert (fwd.block, fwd.num_warps, fwd.ctas) == (config.LOOP_BLOCK, config.LOOP_WARPS, 1)
     fwd.check(65536)
-    for n in (32768, 20000):  # a block of 32768 either way
+    assert config.forward_config(1024, 40000, 0).ctas == 1  # padded to 65536: 67.4 us vs 51.1
+    assert config.backward_config(2048, 20000, 0).ctas == 1  # padded to 32768: 131.2 vs 115.8
+    for n in (32768,):
         bwd = config.backward_config(2048, n, 0)
         if clusters:
             assert (bwd.one_tile, bwd.block, bwd.ctas, bwd.num_warps) == (True, 32768, 2, 16)
