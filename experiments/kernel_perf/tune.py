@@ -31,6 +31,14 @@ Parts:
          row (wide_forward.py's split-row kernel) beside the default.
 - coopfwd: the same split rows on a persistent grid launched cooperatively (no program waits
          on one that is not running), SPLIT x warps x programs per SM.
+- persistfwd: a persistent pipelined one-row forward (persistent_forward.py) beside the default.
+- tmabwd: tma_backward.py's descriptor (TMA) backward, rows x warps x stages x programs per SM,
+         beside the default (TMA_BWD shapes).
+- tmapkg: the package's TMA backward config (BWD_TMA) against the heuristic without it, 4096 to
+         131072 rows (TMA_PKG).
+- ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
+- ctaspkg: the heuristics' cluster configs (FWD_CLUSTERS, BWD_CLUSTERS) against the one-CTA
+         configs they replace (needs Triton >= 3.8; CTAS_PKG_*).
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.

@@ -68,21 +68,24 @@ def _warps(draw, values: int) -> int:
 @st.composite
 def backward_cases(draw):
     m = draw(st.integers(1, MAX_M))
-    pow2 = st.sampled_from([1 << k for k in range(4, MAX_N.bit_length())])  # the TMA widths
-    n = draw(st.one_of(st.integers(1, 300), st.integers(1, MAX_N), pow2))
+    # Tensor descriptors (a third of the draws): whole rows of exactly block columns, a power of
+    # two from 16, one CTA, programs owning whole tiles.
+    tma = draw(st.sampled_from([False, False, True]))
+    if tma:
+        n = draw(st.sampled_from([1 << k for k in range(4, MAX_N.bit_length())]))
+    else:
+        n = draw(st.one_of(st.integers(1, 300), st.integers(1, MAX_N)))
     rows_per_program = draw(st.integers(1, m))
-    one_tile = n <= config.MAX_FUSED_N_BWD and draw(st.sampled_from([True, True, False]))
+    one_tile = tma or (n <= config.MAX_FUSED_N_BWD and draw(st.sampled_from([True, True, False])))
     rows = 1
     if one_tile:  # whole rows, in a block up to 4x wider than N
-        block = draw(st.sampled_from([1, 2, 4])) * _pow2_at_least(n)
+        block = (1 if tma else draw(st.sampled_from([1, 2, 4]))) * _pow2_at_least(n)
         rows = draw(st.sampled_from([r for r in (1, 2, 4, 8) if r * block <= 8192] or [1]))
     else:  # column tiles after the row reduction: a power of two, often narrower than N
         block = draw(st.sampled_from([16, 64, 256, 4096]))
     tree = draw(st.booleans())
     # Clusters (num_ctas) with the sum finish only (BackwardConfig.check says why).
-    ctas = 1 if tree else draw(st.sampled_from(CTAS))
-    # Tensor descriptors: whole rows of exactly block columns, programs owning whole tiles.
-    tma = one_tile and block == n and n >= 16 and ctas == 1 and draw(st.booleans())
+    ctas = 1 if tree or tma else draw(st.sampled_from(CTAS))
     if tma:
         rows_per_program = -(-rows_per_program // rows) * rows
     return dict(
