@@ -4,7 +4,8 @@
 # half and the small cutlass wheels in /root/wq1; this call brings the second half in .wq2/.
 #   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
 # AFTER=probes runs the shared eager probes at both widths (Liger beside us) after the benchmark
-# instead of the Llama experiment sweep (AFTER=llama, the default).
+# instead of the Llama experiment sweep (AFTER=llama, the default). T39=1 runs everything under
+# the carried Triton 3.9 (thread-block clusters), staged by stage.sh in /root/t39a and /root/t39b.
 set -u
 out=${1:?usage: bench.sh OUTDIR}
 bench_s=${2:-330}; llama_s=${3:-200}
@@ -20,6 +21,11 @@ fi
 cp .whl/*.whl $wheels/
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src
+if [ "${T39:-0}" = 1 ]; then
+  source experiments/kernel_perf/triton39.sh
+  use_triton39 /root/t39a/t39part.00 /root/t39b/t39part.01 >> "$out/summary.txt" || exit 1
+  tail -1 "$out/summary.txt"  # (not piped: use_triton39 exports into this shell)
+fi
 python3 -c "import quack, liger_kernel; print('quack and liger import')"
 t0=$SECONDS
 timeout "$bench_s" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" > "$out/bench.log" 2>&1

@@ -7,10 +7,7 @@
 #   bash experiments/kernel_perf/clusters_h200.sh "$OUT"            carry [".t39b"]  (~4 min)
 # The second call must follow the first while the machine is warm (~30 s). Without the parts the
 # cluster cases run on the image's Triton, where they check the refusal only.
-# Rebuild the parts: pip download --no-deps triton==3.9.0 --python-version 3.12
-# --only-binary=:all: --platform manylinux_2_28_x86_64; unzip; drop triton/backends/amd,
-# nvidia/bin/ptxas-blackwell, nvidia/lib/cupti*, _C/libproton.so, instrumentation, profiler;
-# tar c triton triton-3.9.0.dist-info | xz -6; split -b 53000000 -d into .t39a/ and .t39b/.
+# How the parts are unpacked and rebuilt: triton39.sh.
 set -u
 out=${1:?usage: clusters_h200.sh OUTDIR}
 if [ "${PART:-}" = a ]; then
@@ -42,16 +39,10 @@ if [ "${ONLY:-}" != t39 ]; then
 fi
 # 2. Triton 3.9 (carried): clusters for real.
 if [ -f /root/t39/t39part.00 ] && [ -f .t39b/t39part.01 ]; then
-  mkdir -p /tmp/t39 && cat /root/t39/t39part.00 .t39b/t39part.01 | xz -d | tar x -C /tmp/t39
-  # The slimmed wheel has no AMD backend, but its entry points still name it (and the image's
-  # Triton 3.6 metadata names both too): discover the backends in the tree instead.
-  export PYTHONPATH=/tmp/t39:$PWD/src TRITON_BACKENDS_IN_TREE=1
-  # From 3.9 Triton compiles sm_90 with the ptxas it calls "blackwell" (CUDA 13), dropped from the
-  # slimmed wheel: point that name at the bundled CUDA 12.9 ptxas, which knows sm_90a.
-  export TRITON_PTXAS_BLACKWELL_PATH=/tmp/t39/triton/backends/nvidia/bin/ptxas
-  chmod +x /tmp/t39/triton/backends/nvidia/bin/*  # unzip kept no mode bits
-  python3 -c "import triton; print('triton', triton.__version__, triton.__file__)" | tee -a "$out/summary.txt"
-  HYPOTHESIS_PROFILE=gpu TAIL=12 step pytest_t39 200 python3 -m pytest -q -p no:cacheprovider \
+  source experiments/kernel_perf/triton39.sh
+  use_triton39 /root/t39/t39part.00 .t39b/t39part.01 >> "$out/summary.txt"  # no pipe: it exports
+  tail -1 "$out/summary.txt"
+  HYPOTHESIS_PROFILE=gpu TAIL=12 step pytest_t39 "${T39_TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider \
     -n 8 -rfE $T39_TESTS
   step parts_t39 200 python3 experiments/kernel_perf/tune.py --out "$out/t39.json" \
     --parts "$T39_PARTS"

@@ -208,3 +208,17 @@ def test_misaligned_rows_take_the_pointer_kernel_on_gpu():
     _, _, dx_ref, _, _ = oracle(x, w, dy)
     assert_close(x.grad, dx_ref, torch.bfloat16, "dx")
     assert_dweight_within_sum_bound(w.grad, x, dy)
+
+
+def test_tma_takes_dy_in_another_dtype():
+    """dy in float32 with float16 x (an upstream that keeps float32 gradients): each tensor has
+    its own descriptor dtype; dx comes back in x's dtype."""
+    m, n = 20, 256
+    x, dy, w = _inputs(m, n, torch.float32)
+    x = x.to(torch.float16)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=_tma_config(m, n, 3, 2))
+    assert dx.dtype == torch.float16 and dw.dtype == torch.float32
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    assert_close(dx, dx_ref, torch.float16, "dx")
+    assert_close(dw, dw_ref, torch.float16, "dweight")
