@@ -122,10 +122,12 @@ def tree_counters(device: torch.device, index: int | None, size: int) -> torch.T
 
 def tma_ready(t: torch.Tensor, row_stride: int) -> bool:
     """Whether rows of ``t`` (unit column stride, ``row_stride`` elements apart) can go through a
-    tensor descriptor: a 16-byte aligned base and row stride, in a dtype it moves."""
+    tensor descriptor: a 16-byte aligned base and row stride, rows that do not overlap (an
+    expanded gradient's stride 0 stays with the pointer kernels), in a dtype it moves."""
     return (
         t.dtype in _TMA_DTYPES
         and t.data_ptr() % 16 == 0
+        and row_stride >= t.shape[-1]
         and (row_stride * t.element_size()) % 16 == 0
     )
 
@@ -299,7 +301,7 @@ def launch_backward(
         if config.tma and not (tma_ready(x2, sx) and tma_ready(dy2, sdy) and tma_ready(dx, n)):
             raise ContractValueError(
                 "BackwardConfig.tma needs x, dy and dx in float16, bfloat16 or float32 with "
-                "16-byte aligned data and row strides (got x "
+                "16-byte aligned data and row strides, rows not overlapping (got x "
                 f"{x2.dtype} stride {sx}, dy {dy2.dtype} stride {sdy}, dx {dx.dtype})"
             )
     block, one_tile, groups, tree = config.block, config.one_tile, config.groups, config.tree

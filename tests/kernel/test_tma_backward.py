@@ -222,3 +222,41 @@ def test_tma_takes_dy_in_another_dtype():
     _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     assert_close(dx, dx_ref, torch.float16, "dx")
     assert_close(dw, dw_ref, torch.float16, "dweight")
+
+
+def test_tma_refuses_overlapping_rows_by_name():
+    """An expanded gradient (``(y * v).sum()`` gives dy = v over every row: row stride 0) is read
+    by the pointer kernels; an explicit TMA config is refused before any launch."""
+    m, n = 8, 64
+    x, _, w = _inputs(m, n, torch.float32)
+    dy = torch.randn(n, device=DEVICE).expand(m, n)
+    dy_rows, sdy = ops.rows_of(dy, "dy")
+    assert sdy == 0
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    with pytest.raises(ContractValueError, match=r"rows not overlapping"):
+        ops.launch_backward(
+            dy_rows, x, w, rstd, 0.0, None, x.dtype, stride_dy=sdy, config=_tma_config(m, n, 2, 2)
+        )
+
+
+@gpu
+def test_expanded_gradient_takes_the_pointer_kernel_on_gpu(monkeypatch):
+    m, n = 8192, 1024
+    x, _, w = _inputs(m, n, torch.bfloat16)
+    x, w = x.requires_grad_(), w.requires_grad_()
+    dy = torch.randn(n, device=DEVICE, dtype=torch.bfloat16).expand(m, n)
+    strides = []
+    launch = ops.launch_backward
+
+    def spy(*args, **kwargs):
+        strides.append(kwargs.get("stride_dy"))
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "launch_backward", spy)
+    before = sum(ops.BACKWARD_TMA.launches.values())
+    rk.rmsnorm(x, w, 1e-6).backward(dy)
+    assert strides == [0], "this test is about a gradient whose rows overlap"
+    assert sum(ops.BACKWARD_TMA.launches.values()) == before
+    _, _, dx_ref, _, _ = oracle(x, w, dy)
+    assert_close(x.grad, dx_ref, torch.bfloat16, "dx")
+    assert_dweight_within_sum_bound(w.grad, x, dy)
