@@ -375,9 +375,12 @@ def _row_warps(block: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def forward_config(m: int, n: int, device_index: int | None) -> ForwardConfig:
+def forward_config(
+    m: int, n: int, device_index: int | None, float64: bool = False
+) -> ForwardConfig:
     """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
-    ``device_index`` (None: the interpreter)."""
+    ``device_index`` (None: the interpreter); ``float64``: float64 math (never clustered: not
+    measured)."""
     if n <= ROWS_MAX_N:
         block = triton.next_power_of_2(n)
         rows = max(1, ROWS_TILE_BY_BLOCK.get(block, ROWS_TILE) // block)
@@ -391,7 +394,7 @@ def forward_config(m: int, n: int, device_index: int | None) -> ForwardConfig:
     block = triton.next_power_of_2(n)
     if n <= MAX_FUSED_N:
         return ForwardConfig(block, 0, _row_warps(block))
-    if n == block and block in FWD_CLUSTERS and clusters_here(device_index):
+    if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)

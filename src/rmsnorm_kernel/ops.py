@@ -213,7 +213,7 @@ def launch_forward(
         return y, h, rstd
     index = _device_index(x2)
     if config is None:
-        config = forward_config(m, n, index)
+        config = forward_config(m, n, index, acc == torch.float64)
     else:
         config.check(n)
     block, rows = config.block, config.rows

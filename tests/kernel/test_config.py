@@ -144,6 +144,7 @@ def test_wide_rows_take_clusters_only_where_triton_splits_them(h200, monkeypatch
         bwd.check(2048, n)
     # never for float64 math, nor for the widths not measured to gain
     assert config.backward_config(2048, 32768, 0, float64=True).ctas == 1
+    assert config.forward_config(1024, 65536, 0, float64=True).ctas == 1
     assert config.backward_config(2048, 65536, 0).ctas == 1
     assert config.backward_config(4096, 16384, 0).ctas == 1
     assert config.forward_config(2048, 32768, 0).ctas == 1
