@@ -4,9 +4,10 @@ them, and on the GPU the wide rows a cluster holds in registers (one pass) again
 oracle.
 
 Clusters need Triton >= 3.8 (``config.CLUSTERS_MIN_TRITON``); on an older Triton (the H200
-image's 3.6) the cases check that such a config is refused before any launch. The heuristics do
-not pick clusters yet (nothing measured on the H200: ``tune.py`` part ``ctas``);
-these tests keep the explicit configs a tuning script passes correct. In Triton's interpreter a
+image's 3.6) the cases check that such a config is refused before any launch. The heuristics pick
+clusters for rows exactly 65536 (forward) or 32768 (backward) wide on Hopper with Triton >= 3.8
+(``config.FWD_CLUSTERS``, ``BWD_CLUSTERS``; their choices: ``test_config.py``); these tests keep
+every explicit config a tuning script passes correct. In Triton's interpreter a
 program is one whole program whatever ``num_ctas``, so the CPU cases check the plumbing only.
 """
 
