@@ -36,6 +36,8 @@ Parts:
          beside the default (TMA_BWD shapes).
 - tmapkg: the package's TMA backward config (BWD_TMA) against the heuristic without it, 4096 to
          131072 rows (TMA_PKG).
+- tmasweep: the package's TMA backward at widths BWD_TMA does not take yet (TMA_SWEEP): rows x
+         stages x warps x programs per SM beside the default.
 - ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
 - ctaspkg: the heuristics' cluster configs (FWD_CLUSTERS, BWD_CLUSTERS) against the one-CTA
          configs they replace (needs Triton >= 3.8; CTAS_PKG_*).
@@ -842,6 +844,46 @@ def part_ctaspkg(rows):
             ("one CTA", one_cta(backward_config, m, n, 0, itemsize=s)),
         ):
             _bwd_record(rows, "ctaspkg", m, n, f"bwd {name} {dtype}", cfg, inputs)
+        inputs = None
+
+
+#: Shapes of part tmasweep: widths the TMA backward does not take yet (BWD_TMA), at M x N = 64M.
+TMA_SWEEP = [
+    (262144, 256, torch.bfloat16),
+    (32768, 2048, torch.bfloat16),
+    (16384, 4096, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (65536, 1024, torch.float32),
+    (131072, 512, torch.float32),
+]
+
+
+def part_tmasweep(rows):
+    """The package's TMA backward (explicit ``BackwardConfig(tma=True)``) at the widths it does
+    not take yet: rows per step x stages x warps x programs per SM, beside the default."""
+    for m, n, dtype in TMA_SWEEP:
+        inputs = _bwd_inputs(m, n, dtype)
+        _bwd_record(
+            rows,
+            "tmasweep",
+            m,
+            n,
+            f"default {dtype}",
+            backward_config(m, n, 0, itemsize=dtype.itemsize),
+            inputs,
+        )
+        per_sms = (4, 8) if n <= 512 else (2, 4) if n <= 2048 else (1, 2)
+        for tile_rows in (1, 2, 4):
+            if tile_rows * n > 4096 and tile_rows > 1:
+                continue
+            for stages in (3, 4):
+                for warps in (4, 8):
+                    for per_sm in per_sms:
+                        cfg = config._tma_backward_config(
+                            m, n, 0, (tile_rows, per_sm, stages, warps), None
+                        )
+                        name = f"tma rows={tile_rows} st={stages} w={warps} per_sm={per_sm} {dtype}"
+                        _bwd_record(rows, "tmasweep", m, n, name, cfg, inputs)
         inputs = None
 
 
