@@ -1,5 +1,7 @@
 """A backward whose row loads and dx stores go through tensor descriptors (TMA on Hopper), timed by
-tune.py part ``tmabwd`` beside the package's backward. Not used by the package.
+tune.py part ``tmabwd`` beside the package's backward. The package's own
+``rmsnorm_backward_tma_kernel`` (every backward feature, chosen by ``config.BWD_TMA``) grew out of
+this one after that sweep; this file stays as the sweep's record.
 
 Why: at 65536 x 1024 bf16 the package's backward takes ~121-127 us whatever its tile, warps,
 grid or pipelining depth (tune.py parts pipe, rowsbwd, narrow), against quack's ~109 us, and

@@ -356,8 +356,11 @@ def sm_count(device_index: int) -> int:
 
 @functools.cache
 def hopper(device_index: int) -> bool:
-    """Whether the GPU is Hopper or newer (compute capability 9+): tensor-descriptor tiles copied
-    in hardware (TMA), thread-block clusters with distributed shared memory."""
+    """Whether the GPU is an NVIDIA Hopper or newer (compute capability 9+): tensor-descriptor
+    tiles copied in hardware (TMA), thread-block clusters with distributed shared memory. Not on
+    ROCm, whose MI200/MI300 also report a major version of 9."""
+    if torch.version.hip is not None:
+        return False
     return torch.cuda.get_device_capability(device_index)[0] >= 9
 
 

@@ -157,3 +157,14 @@ def test_clusters_need_hopper(h200, monkeypatch):
     assert config.forward_config(1024, 65536, 0).ctas == 1
     assert config.backward_config(2048, 32768, 0).ctas == 1
     assert config.forward_config(1024, 65536, None).ctas == 1  # the interpreter
+
+
+def test_rocm_is_never_taken_for_hopper(monkeypatch):
+    """ROCm's MI200 / MI300 report compute capability 9.x: neither TMA nor clusters there."""
+    monkeypatch.setattr(config.torch.version, "hip", "6.2")
+    monkeypatch.setattr(config.torch.cuda, "get_device_capability", lambda index: (9, 4))
+    config.hopper.cache_clear()
+    try:
+        assert not config.hopper(0)
+    finally:
+        config.hopper.cache_clear()
