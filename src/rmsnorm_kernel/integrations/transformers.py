@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .. import inductor_fusion as fusion
 from ..function import rmsnorm
 from .fused_residual import DECODER_SOURCES, fused_decoder_forward
 
@@ -407,7 +408,13 @@ def _check_fusable(path: str, layer: nn.Module, rule_norms: set[int]) -> None:
         )
 
 
-def patch(model: nn.Module, *, fuse_residual: bool = False, allow_unknown: bool = False) -> int:
+def patch(
+    model: nn.Module,
+    *,
+    fuse_residual: bool = False,
+    allow_unknown: bool = False,
+    inductor_fusion: bool = True,
+) -> int:
     """Make every RMSNorm module of ``model`` call ``rmsnorm_kernel.rmsnorm``, in place.
 
     Args:
@@ -418,6 +425,10 @@ def patch(model: nn.Module, *, fuse_residual: bool = False, allow_unknown: bool 
         allow_unknown: leave modules with "RMSNorm" in their class name whose math is not a
             convention reproduced here (and, with ``fuse_residual``, decoder layers that are not
             Llama-style) as they are, logged, instead of raising.
+        inductor_fusion: install :mod:`rmsnorm_kernel.inductor_fusion`'s pass (a global Inductor
+            setting, logged), so that under ``torch.compile`` the residual add before each norm
+            and the gradient accumulation after its backward run inside the norm's kernels.
+            No effect on eager execution. ``inductor_fusion.disable()`` removes it.
 
     Returns:
         How many modules were patched now: norms, plus decoder layers with ``fuse_residual``
@@ -466,6 +477,8 @@ def patch(model: nn.Module, *, fuse_residual: bool = False, allow_unknown: bool 
             todo.append((layer, FUSED_RULE))
     for module, rule in todo:
         module.__class__ = _kernel_class(type(module), rule)
+    if inductor_fusion:
+        fusion.enable()
     if skipped:
         log.warning("patch left %d module(s) unpatched: %s", len(skipped), "; ".join(skipped))
     return len(todo)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Rebuild, on this (networked) machine, the git-ignored wheel folders the device scripts carry:
+#   .whl/   what the H200 image lacks: hydra-core, omegaconf, antlr4 (built here: sdist only),
+#           tbparse, the Hydra launchers and their deps, liger-kernel        (~2 MB)
+#   .wq1/   quack-kernels, nvidia-cutlass-dsl + -libs-base/-core, apache-tvm-ffi, torch-c-dlpack-ext
+#           and the first half of nvidia-cutlass-dsl-libs-cu13 (cu13.part.aa)  (~50 MB)
+#   .wq2/   its second half (cu13.part.ab): the 92 MB wheel is over one call's 64 MiB
+# The image runs CPython 3.12 on x86_64. Versions are the ones every recorded run used.
+#   bash experiments/h200/wheels.sh
+set -eu
+cd "$(dirname "$0")/../.."
+py="--python-version 3.12 --platform manylinux_2_28_x86_64 --only-binary=:all: --no-deps"
+pip="python3 -m pip"
+rm -rf .whl .wq1 .wq2 && mkdir -p .whl .wq1 .wq2
+$pip download -q --no-deps -d .whl hydra-core==1.3.8 omegaconf==2.3.1 tbparse==0.0.9 \
+  hydra-joblib-launcher==1.2.0 hydra-submitit-launcher==1.2.0 submitit==1.5.4 liger-kernel==0.8.5 \
+  joblib==1.6.0 cloudpickle==3.1.3
+$pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
+# shellcheck disable=SC2086
+$pip download -q $py -d .wq1 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
+  nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 apache-tvm-ffi \
+  torch-c-dlpack-ext
+# shellcheck disable=SC2086
+$pip download -q $py -d /tmp/cu13 nvidia-cutlass-dsl-libs-cu13==4.8.1
+split -b 50000000 /tmp/cu13/nvidia_cutlass_dsl_libs_cu13-4.8.1-*.whl /tmp/cu13/cu13.part.
+mv /tmp/cu13/cu13.part.aa .wq1/ && mv /tmp/cu13/cu13.part.ab .wq2/
+du -sh .whl .wq1 .wq2 && ls .whl .wq1

@@ -1,0 +1,143 @@
+"""The shared compile probe's step (``llama_compile_step.py``: HF Llama built from a config, bf16,
+SDPA, fwd + bwd + AdamW, ``torch.compile(model)``, interleaved rounds of 10 steps after a warm
+round), with the Inductor pass of ``rmsnorm_kernel.inductor_fusion`` on and off for our patch:
+
+    hf          HF's own norm (Inductor fuses it)
+    ours_off    patch(model, inductor_fusion=False): the norm an opaque op, nothing folded
+    ours        patch(model): the residual add and gradient accumulation folded into our kernels
+    ours_fused  patch(model, fuse_residual=True)
+    liger       LigerRMSNorm(casting_mode="llama") with the same weights
+
+The pass is global and Inductor compiles at the first call, so each variant runs its first step
+(forward and backward compiled) right after it is built, with the pass set as it wants.
+    PYTHONPATH=src python3 experiments/llama/probes/compile_fusion_ab.py HIDDEN LAYERS BATCH SEQ
+        [ROUNDS] [JSON]
+"""
+
+import json
+import statistics
+import sys
+import time
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from rmsnorm_kernel import inductor_fusion
+from rmsnorm_kernel.integrations.transformers import patch
+
+hidden, layers, batch, seq = (int(a) for a in sys.argv[1:5])
+rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 3
+out_json = sys.argv[6] if len(sys.argv) > 6 else None
+cfg = LlamaConfig(
+    vocab_size=32000,
+    hidden_size=hidden,
+    intermediate_size=int(hidden * 8 / 3) // 256 * 256,
+    num_hidden_layers=layers,
+    num_attention_heads=hidden // 128,
+    num_key_value_heads=8,
+    max_position_embeddings=seq,
+    attn_implementation="sdpa",
+)
+ids = torch.randint(0, 32000, (batch, seq), device="cuda")
+
+
+def liger_swap(m):
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
+    for mod in list(m.modules()):
+        for cname, child in list(mod.named_children()):
+            if type(child).__name__ == "LlamaRMSNorm":
+                new = LigerRMSNorm(
+                    child.weight.shape[0],
+                    eps=child.variance_epsilon,
+                    offset=0.0,
+                    casting_mode="llama",
+                    init_fn="ones",
+                )
+                new.weight = child.weight
+                setattr(mod, cname, new)
+
+
+variants = {
+    "hf": None,
+    "ours_off": {"inductor_fusion": False},
+    "ours": {},
+    "ours_fused": {"fuse_residual": True},
+    "liger": "liger",
+}
+models, rewrites, warm = {}, {}, {}
+for name, how in variants.items():
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        m = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    inductor_fusion.disable()
+    if how == "liger":
+        try:
+            liger_swap(m)
+        except ImportError as e:
+            print("liger unavailable:", e)
+            continue
+    elif how is not None:
+        patch(m, **how)
+    cm = torch.compile(m)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
+    before = dict(inductor_fusion.REWRITES)
+    t0 = time.perf_counter()
+    out = cm(ids, labels=ids)  # compiles forward and backward with the pass as set now
+    out.loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    warm[name] = time.perf_counter() - t0
+    rewrites[name] = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
+    print(
+        f"{name}: first step incl. compile {warm[name]:.1f} s, rewrites {rewrites[name]}",
+        flush=True,
+    )
+    models[name] = (cm, opt)
+inductor_fusion.disable()
+
+times = {k: [] for k in models}
+for r in range(rounds + 1):
+    for name, (cm, opt) in models.items():
+
+        def step(cm=cm, opt=opt):
+            out = cm(ids, labels=ids)
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return out.loss.detach()
+
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        k = 10
+        for _ in range(k):
+            step()
+        torch.cuda.synchronize()
+        if r:
+            times[name].append((time.perf_counter() - t) / k)
+print(f"llama hidden {hidden} layers {layers} batch {batch}x{seq} bf16, torch.compile")
+med = {k: statistics.median(v) for k, v in times.items()}
+for name, ts in times.items():
+    runs = ", ".join(f"{t * 1e3:.2f}" for t in ts)
+    print(f"{name:12s} step {med[name] * 1e3:8.2f} ms (runs {runs})")
+ratio = {k: round(med["hf"] / v, 4) for k, v in med.items()}
+print("speed vs hf (hf step / step):", ratio)
+if out_json:
+    with open(out_json, "w") as f:
+        json.dump(
+            {
+                "model": {"hidden": hidden, "layers": layers, "batch": batch, "seq": seq},
+                "rounds": rounds,
+                "step_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+                "median_ms": {k: v * 1e3 for k, v in med.items()},
+                "speed_vs_hf": ratio,
+                "rewrites": rewrites,
+                "first_step_s": warm,
+                "torch": torch.__version__,
+            },
+            f,
+            indent=1,
+        )

@@ -1,0 +1,251 @@
+"""Under ``torch.compile``: fold the additions next to the norm into our kernels (an Inductor pass).
+
+Inductor fuses a PyTorch-ops RMSNorm with the pointwise ops around it, but our norm is an opaque
+``torch.library`` op, so in a residual network two additions next to every norm stay separate
+kernels, each a full extra pass over an activation:
+
+- forward, the residual add before the norm: ``h = a + b; y = rmsnorm_fwd(h)``. Rewritten to
+  ``y, h = rmsnorm_fwd(a, residual=b)``: one kernel reads a and b and writes h and y.
+- backward, the residual stream's gradient accumulation after the norm's backward:
+  ``dx = rmsnorm_bwd(dy, ...)[0]; g2 = dx + g``. Rewritten to ``rmsnorm_bwd(dy, dh=g, ...)``:
+  the kernel adds g to dx in float32 before its one rounding.
+
+Both rewrites keep every value (the first bit for bit; the second rounds once where the graph
+rounded twice) and change nothing else in the graph. They apply only where shapes, dtypes and
+devices of both operands already match (no broadcast, no promotion, no ``alpha``), and the
+order of the graph allows it. :func:`enable` installs the pass as Inductor's
+``post_grad_custom_post_pass`` (a global Inductor setting: one that was set already is kept and
+runs first); :func:`disable` restores the previous setting. ``integrations.transformers.patch``
+enables it unless asked not to. :data:`REWRITES` counts what it did, per kind.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+from . import function  # noqa: F401  (registers the ops this pass rewrites)
+
+__all__ = ["REWRITES", "RMSNormFusionPass", "disable", "enable", "enabled", "fuse_graph"]
+
+log = logging.getLogger("rmsnorm_kernel")
+
+#: Rewrites made since import (or the last ``reset``), per kind; tests read it.
+REWRITES = {"forward_residual": 0, "backward_accumulate": 0}
+
+_FWD = torch.ops.rmsnorm_kernel.rmsnorm_fwd.default
+_BWD = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
+_ADD = torch.ops.aten.add.Tensor
+
+
+def _arguments(node: torch.fx.Node, op) -> dict[str, object]:
+    """The call's arguments by schema name, defaults filled in."""
+    values = {}
+    for i, arg in enumerate(op._schema.arguments):
+        if i < len(node.args):
+            values[arg.name] = node.args[i]
+        else:
+            values[arg.name] = node.kwargs.get(arg.name, arg.default_value)
+    return values
+
+
+def _with(node: torch.fx.Node, op, **changes) -> tuple[tuple, dict]:
+    """``node``'s args and kwargs, as it passed them (Inductor's lowering expects that form),
+    with the named arguments changed."""
+    args, kwargs = list(node.args), dict(node.kwargs)
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name in changes:
+            if i < len(args):
+                args[i] = changes[arg.name]
+            else:
+                kwargs[arg.name] = changes[arg.name]
+    return tuple(args), kwargs
+
+
+def _val(node: object):
+    """The fake tensor Inductor recorded for a node, or None."""
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _plain_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(a, b)`` if ``node`` is ``a + b`` of two tensors alike in shape, dtype, device and the
+    result's dtype (so the kernel's one rounding equals the add's); else None."""
+    if not (isinstance(node, torch.fx.Node) and node.target is _ADD):
+        return None
+    if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
+        return None
+    a, b = node.args
+    va, vb, vout = _val(a), _val(b), _val(node)
+    if not all(isinstance(v, torch.Tensor) for v in (va, vb, vout)):
+        return None
+    alike = all(
+        v.shape == vout.shape and v.dtype == vout.dtype and v.device == vout.device
+        for v in (va, vb)
+    )
+    return (a, b) if alike else None
+
+
+def _getitems(node: torch.fx.Node) -> dict[int, list[torch.fx.Node]] | None:
+    """The ``getitem`` users of a multi-output node by index; None if anything else uses it."""
+    found: dict[int, list[torch.fx.Node]] = {}
+    for user in node.users:
+        if user.target is not operator.getitem:
+            return None
+        found.setdefault(user.args[1], []).append(user)
+    return found
+
+
+def _order(graph: torch.fx.Graph) -> dict[torch.fx.Node, int]:
+    return {n: i for i, n in enumerate(graph.nodes)}
+
+
+def _defined_before(nodes, position: int, order) -> bool:
+    return all(order[n] < position for n in nodes if isinstance(n, torch.fx.Node))
+
+
+def _replace(graph, old: torch.fx.Node, op, call: tuple, items: dict, after: torch.fx.Node):
+    """A new call of ``op`` (``call``: its args and kwargs) right after ``after`` and a getitem per
+    index of ``items``; each old getitem's users move to the new one (with its metadata).
+    Returns the new node and the getitems by index."""
+    with graph.inserting_after(after):
+        new = graph.call_function(op, *call)
+    new.meta.update(old.meta)
+    taken = {}
+    cursor = new
+    for index, olds in sorted(items.items()):
+        with graph.inserting_after(cursor):
+            item = graph.call_function(operator.getitem, (new, index))
+        for o in olds:
+            item.meta.update(o.meta)
+            o.replace_all_uses_with(item)
+            graph.erase_node(o)
+        taken[index] = cursor = item
+    return new, taken
+
+
+def _fuse_forward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    args = _arguments(node, _FWD)
+    add = args["x"]
+    operands = _plain_add(add) if args["residual"] is None else None
+    items = _getitems(node)
+    if operands is None or items is None:
+        return False
+    if any(o.users for o in items.get(1, [])):  # output 1 (h) is empty here: must be unused
+        return False
+    if not _val(add).is_contiguous():  # the kernel returns h contiguous
+        return False
+    order = _order(graph)
+    inputs = [args["weight"], *operands]
+    if not _defined_before(inputs, order[add], order):
+        return False
+    a, b = operands
+    new, taken = _replace(
+        graph,
+        node,
+        _FWD,
+        _with(node, _FWD, x=a, residual=b),
+        {**items, 1: items.get(1, [])},
+        after=add,
+    )
+    y_val, _, rstd_val = _val(node)
+    new.meta["val"] = (y_val, _val(add), rstd_val)
+    taken[1].meta["val"] = _val(add)
+    add.replace_all_uses_with(taken[1])
+    graph.erase_node(add)
+    graph.erase_node(node)
+    return True
+
+
+def _fuse_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    args = _arguments(node, _BWD)
+    items = _getitems(node)
+    if args["dh"] is not None or items is None or len(items.get(0, [])) != 1:
+        return False
+    dx = items[0][0]
+    if len(dx.users) != 1:
+        return False
+    add = next(iter(dx.users))
+    operands = _plain_add(add)
+    if operands is None or operands[0] is operands[1]:
+        return False
+    g = operands[1] if operands[0] is dx else operands[0]
+    dx_val, g_val = _val(dx), _val(g)
+    if g_val.shape != dx_val.shape or g_val.dtype != dx_val.dtype:
+        return False
+    order = _order(graph)
+    anchor = node if order[g] < order[node] else g
+    # every other output's users must come after the new call
+    later = [u for index, olds in items.items() if index != 0 for o in olds for u in o.users]
+    if not all(order[u] > order[anchor] for u in later):
+        return False
+    new, taken = _replace(graph, node, _BWD, _with(node, _BWD, dh=g), items, after=anchor)
+    add.replace_all_uses_with(taken[0])
+    graph.erase_node(add)
+    graph.erase_node(node)
+    return True
+
+
+def fuse_graph(graph: torch.fx.Graph) -> dict[str, int]:
+    """Apply both rewrites to a post-grad FX graph in place; returns how many of each."""
+    done = {"forward_residual": 0, "backward_accumulate": 0}
+    for node in list(graph.nodes):
+        if node.graph is not graph:  # erased by an earlier rewrite
+            continue
+        if node.target is _FWD and _fuse_forward(graph, node):
+            done["forward_residual"] += 1
+        elif node.target is _BWD and _fuse_backward(graph, node):
+            done["backward_accumulate"] += 1
+    for kind, n in done.items():
+        REWRITES[kind] += n
+    if any(done.values()):
+        graph.lint()
+    return done
+
+
+class RMSNormFusionPass(CustomGraphPass):
+    """Inductor's post-grad custom pass: runs ``previous`` (a pass that was set before), then
+    :func:`fuse_graph`. Its ``uuid`` keys Inductor's cache on this file's contents."""
+
+    def __init__(self, previous=None) -> None:
+        self.previous = previous
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.previous is not None:
+            self.previous(graph)
+        fuse_graph(graph)
+
+    def uuid(self):
+        mine = get_hash_for_files((__file__,)).hex()
+        if self.previous is None:
+            return mine
+        theirs = self.previous.uuid() if hasattr(self.previous, "uuid") else None
+        return None if theirs is None else f"{mine}:{theirs}"  # None: the cache is bypassed
+
+
+def enabled() -> bool:
+    """Whether Inductor's post-grad custom pass is ours now."""
+    return isinstance(inductor_config.post_grad_custom_post_pass, RMSNormFusionPass)
+
+
+def enable() -> None:
+    """Install the pass (idempotent). Affects graphs compiled from now on."""
+    if enabled():
+        return
+    previous = inductor_config.post_grad_custom_post_pass
+    inductor_config.post_grad_custom_post_pass = RMSNormFusionPass(previous)
+    log.info(
+        "rmsnorm_kernel: Inductor pass installed (residual add and gradient accumulation "
+        "folded into the norm kernels under torch.compile)%s",
+        "" if previous is None else f"; it runs after the pass set before, {previous!r}",
+    )
+
+
+def disable() -> None:
+    """Remove the pass, restoring whatever was set before :func:`enable`."""
+    current = inductor_config.post_grad_custom_post_pass
+    if isinstance(current, RMSNormFusionPass):
+        inductor_config.post_grad_custom_post_pass = current.previous

@@ -1,0 +1,213 @@
+"""The Inductor pass that folds the residual add and the gradient accumulation into our kernels.
+
+Graph-level tests build post-grad-like FX graphs with ``make_fx`` (fake tensors give every node
+the ``val`` metadata Inductor's graphs carry), rewrite them with ``fuse_graph`` and run both
+versions on real tensors; one test runs the pass inside ``torch.compile`` end to end.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_helpers import TOLERANCES, assert_close
+from torch._inductor import config as inductor_config
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import inductor_fusion as fusion
+
+FWD = torch.ops.rmsnorm_kernel.rmsnorm_fwd.default
+BWD = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
+ADD = torch.ops.aten.add.Tensor
+
+
+def _trace(fn, *args):
+    return make_fx(fn, tracing_mode="fake")(*args)
+
+
+def _count(gm, target):
+    return sum(1 for n in gm.graph.nodes if n.target is target)
+
+
+def _fused(gm):
+    """A rewritten copy of ``gm`` and what was done."""
+    import copy
+
+    new = copy.deepcopy(gm)
+    done = fusion.fuse_graph(new.graph)
+    new.recompile()
+    return new, done
+
+
+def _kernel_sum(a, b):
+    """``a + b`` rounded as the kernel rounds it: to nearest, as PyTorch does, except that Triton's
+    CPU interpreter truncates float32 to bfloat16."""
+    if rk.BACKEND == "interpreter" and a.dtype is torch.bfloat16:
+        bits = (a.float() + b.float()).view(torch.int32) & ~0xFFFF
+        return bits.view(torch.float32).to(torch.bfloat16)
+    return a + b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_forward_residual_add_is_folded_bit_for_bit(device, dtype):
+    llama = dtype is torch.bfloat16
+
+    def fn(a, b, w):
+        h = a + b
+        y, _, rstd = FWD(h, w, None, 1e-6, 0.0, llama)
+        return y, rstd, h * 2  # h has another user: it must get the kernel's h
+
+    a, b = (torch.randn(6, 80, device=device, dtype=dtype) for _ in range(2))
+    w = torch.randn(80, device=device, dtype=dtype)
+    gm = _trace(fn, a, b, w)
+    new, done = _fused(gm)
+    assert done == {"forward_residual": 1, "backward_accumulate": 0}
+    assert _count(new, ADD) == 0 and _count(new, FWD) == 1
+    h = _kernel_sum(a, b)
+    y, _, rstd = FWD(h, w, None, 1e-6, 0.0, llama)
+    for got, want in zip(new(a, b, w), (y, rstd, h * 2), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if rk.BACKEND == "cuda":  # where the kernel rounds like PyTorch: the graph's own values
+        for got, want in zip(new(a, b, w), gm(a, b, w), strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_backward_accumulation_is_folded(device):
+    def fn(dy, g, saved, w, rstd):
+        dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
+        return dx + g, dw
+
+    m, n = 7, 96
+    x = torch.randn(m, n, device=device)
+    w = torch.randn(n, device=device)
+    _, _, rstd = FWD(x, w, None, 1e-6, 0.0, False)
+    dy, g = torch.randn(m, n, device=device), torch.randn(m, n, device=device)
+    gm = _trace(fn, dy, g, x, w, rstd)
+    new, done = _fused(gm)
+    assert done == {"forward_residual": 0, "backward_accumulate": 1}
+    assert _count(new, ADD) == 0
+    (node,) = [n for n in new.graph.nodes if n.target is BWD]
+    assert node.args[1] is not None, "g must reach the kernel as dh"
+    got, want = new(dy, g, x, w, rstd), gm(dy, g, x, w, rstd)
+    assert_close(got[0], want[0], torch.float32, "dx + g")
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)  # dweight: untouched
+
+
+def test_backward_waits_for_a_later_gradient(device):
+    """g is computed after the norm's backward: the call moves after it, unless another output's
+    user would then come before the call."""
+
+    def later(dy, z, saved, w, rstd):
+        dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
+        g = torch.sin(z)
+        return dx + g, dw * 2
+
+    def blocked(dy, z, saved, w, rstd):
+        dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
+        dw2 = dw * 2
+        g = torch.sin(z + dw2.sum())
+        return dx + g, dw2
+
+    x = torch.randn(5, 64, device=device)
+    w = torch.randn(64, device=device)
+    _, _, rstd = FWD(x, w, None, 1e-6, 0.0, False)
+    dy, z = torch.randn(5, 64, device=device), torch.randn(5, 64, device=device)
+    gm = _trace(later, dy, z, x, w, rstd)
+    new, done = _fused(gm)
+    assert done["backward_accumulate"] == 1
+    for got, want in zip(new(dy, z, x, w, rstd), gm(dy, z, x, w, rstd), strict=True):
+        assert_close(got, want, torch.float32, "later g")
+    _, done = _fused(_trace(blocked, dy, z, x, w, rstd))
+    assert done["backward_accumulate"] == 0
+
+
+@pytest.mark.parametrize("case", ["broadcast", "alpha", "promotion", "dx_used_twice", "dh_set"])
+def test_what_is_left_alone(device, case):
+    n = 48
+    w = torch.randn(n, device=device)
+
+    def fwd_case(a, b, w):
+        h = {
+            "broadcast": lambda: a + b[0],
+            "alpha": lambda: torch.add(a, b, alpha=2),
+            "promotion": lambda: a + b.to(torch.bfloat16),
+        }[case]()
+        return FWD(h, w, None, 1e-6, 0.0, False)[0]
+
+    def bwd_case(dy, g, saved, w, rstd):
+        dh = g if case == "dh_set" else None
+        dx, _ = BWD(dy, dh, saved, w, rstd, 0.0, False)
+        return (dx + g, dx * 3) if case == "dx_used_twice" else dx + g
+
+    a, b = torch.randn(4, n, device=device), torch.randn(4, n, device=device)
+    if case in ("broadcast", "alpha", "promotion"):
+        _, done = _fused(_trace(fwd_case, a, b, w))
+    else:
+        _, _, rstd = FWD(a, w, None, 1e-6, 0.0, False)
+        _, done = _fused(_trace(bwd_case, b, b.flip(0), a, w, rstd))
+    assert done == {"forward_residual": 0, "backward_accumulate": 0}
+
+
+def test_pass_installs_chains_and_restores():
+    seen = []
+
+    class Before(fusion.CustomGraphPass):
+        def __call__(self, graph):
+            seen.append(graph)
+
+        def uuid(self):
+            return "before"
+
+    saved = inductor_config.post_grad_custom_post_pass
+    try:
+        inductor_config.post_grad_custom_post_pass = before = Before()
+        fusion.enable()
+        fusion.enable()  # idempotent: one wrapper
+        ours = inductor_config.post_grad_custom_post_pass
+        assert fusion.enabled() and ours.previous is before
+        assert ours.uuid().endswith(":before")
+        graph = torch.fx.Graph()
+        ours(graph)
+        assert seen == [graph], "the pass set before still runs"
+        fusion.disable()
+        assert inductor_config.post_grad_custom_post_pass is before
+        assert fusion.RMSNormFusionPass().uuid() == fusion.RMSNormFusionPass().uuid()
+    finally:
+        inductor_config.post_grad_custom_post_pass = saved
+
+
+def test_compiled_residual_block_uses_the_rewrites(device):
+    """A two-norm residual block under torch.compile: both rewrites happen, the kernels still
+    run once per norm and pass, and the results match eager (float32 tolerances)."""
+
+    def block(x, w1, w2, lin):
+        h = x + torch.tanh(lin(rk.rmsnorm(x, w1, 1e-6)))
+        return h + torch.tanh(lin(rk.rmsnorm(h, w2, 1e-6)))
+
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(64, 64, bias=False, device=device)
+    x = torch.randn(2, 6, 64, device=device, requires_grad=True)
+    w1 = torch.randn(64, device=device, requires_grad=True)
+    w2 = torch.randn(64, device=device, requires_grad=True)
+    saved = inductor_config.post_grad_custom_post_pass
+    before = dict(fusion.REWRITES)
+    try:
+        fusion.enable()
+        out = torch.compile(block)(x, w1, w2, lin)
+        rk.reset_calls()
+        out.square().sum().backward()
+    finally:
+        inductor_config.post_grad_custom_post_pass = saved
+    assert fusion.REWRITES["forward_residual"] - before["forward_residual"] == 1
+    assert fusion.REWRITES["backward_accumulate"] - before["backward_accumulate"] == 2
+    assert rk.CALLS["backward"] == 2
+    got = [t.grad.clone() for t in (x, w1, w2)]
+    for t in (x, w1, w2):
+        t.grad = None
+    eager = block(x, w1, w2, lin)
+    eager.square().sum().backward()
+    assert_close(out, eager, torch.float32, "y")
+    for g, t, name in zip(got, (x, w1, w2), ("dx", "dw1", "dw2"), strict=True):
+        torch.testing.assert_close(
+            g, t.grad, **TOLERANCES[torch.float32], msg=lambda m, name=name: f"{name}: {m}"
+        )
