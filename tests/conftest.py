@@ -36,3 +36,22 @@ def device() -> str:
 def _seed():
     torch.manual_seed(0)
     rk.reset_calls()
+
+
+@pytest.fixture
+def fresh_inductor():
+    """For tests of ``rmsnorm_kernel.inductor_fusion``: Dynamo reset, Inductor's post-grad custom
+    pass unset (restored afterwards), and no compile caches, so every graph is compiled, and
+    rewritten, here (a cache hit would skip the pass and its counts)."""
+    import torch._functorch.config as functorch_config
+    from torch._inductor import config as inductor_config
+
+    torch._dynamo.reset()
+    with (
+        inductor_config.patch(
+            fx_graph_cache=False, fx_graph_remote_cache=False, post_grad_custom_post_pass=None
+        ),
+        functorch_config.patch(enable_autograd_cache=False),
+    ):
+        yield
+    torch._dynamo.reset()

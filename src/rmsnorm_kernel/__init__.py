@@ -13,6 +13,8 @@ Kernel layer (imports only torch and triton)::
     double_backward  the backward in PyTorch ops, differentiated again under create_graph
     transforms  torch.func and forward-mode AD: the kernel forward, derivatives in PyTorch ops
     module    ``RMSNorm`` / ``rms_norm``, drop-ins for ``torch.nn.RMSNorm`` / ``F.rms_norm``
+    inductor_fusion  opt-in Inductor pass: residual add and gradient accumulation into the kernels
+                     (imported on demand: ``from rmsnorm_kernel import inductor_fusion``)
 """
 
 from .backend import BACKEND  # first: sets TRITON_INTERPRET before kernels are decorated

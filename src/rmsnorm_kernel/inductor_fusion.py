@@ -16,7 +16,8 @@ devices of both operands already match (no broadcast, no promotion, no ``alpha``
 order of the graph allows it. :func:`enable` installs the pass as Inductor's
 ``post_grad_custom_post_pass`` (a global Inductor setting: one that was set already is kept and
 runs first); :func:`disable` restores the previous setting. ``integrations.transformers.patch``
-enables it unless asked not to. :data:`REWRITES` counts what it did, per kind.
+enables it when asked (``patch(model, inductor_fusion=True)``). :data:`REWRITES` counts what it
+did, per kind.
 """
 
 from __future__ import annotations

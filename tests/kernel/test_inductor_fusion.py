@@ -148,7 +148,7 @@ def test_what_is_left_alone(device, case):
     assert done == {"forward_residual": 0, "backward_accumulate": 0}
 
 
-def test_pass_installs_chains_and_restores():
+def test_pass_installs_chains_and_restores(fresh_inductor):
     seen = []
 
     class Before(fusion.CustomGraphPass):
@@ -158,25 +158,21 @@ def test_pass_installs_chains_and_restores():
         def uuid(self):
             return "before"
 
-    saved = inductor_config.post_grad_custom_post_pass
-    try:
-        inductor_config.post_grad_custom_post_pass = before = Before()
-        fusion.enable()
-        fusion.enable()  # idempotent: one wrapper
-        ours = inductor_config.post_grad_custom_post_pass
-        assert fusion.enabled() and ours.previous is before
-        assert ours.uuid().endswith(":before")
-        graph = torch.fx.Graph()
-        ours(graph)
-        assert seen == [graph], "the pass set before still runs"
-        fusion.disable()
-        assert inductor_config.post_grad_custom_post_pass is before
-        assert fusion.RMSNormFusionPass().uuid() == fusion.RMSNormFusionPass().uuid()
-    finally:
-        inductor_config.post_grad_custom_post_pass = saved
+    inductor_config.post_grad_custom_post_pass = before = Before()
+    fusion.enable()
+    fusion.enable()  # idempotent: one wrapper
+    ours = inductor_config.post_grad_custom_post_pass
+    assert fusion.enabled() and ours.previous is before
+    assert ours.uuid().endswith(":before")
+    graph = torch.fx.Graph()
+    ours(graph)
+    assert seen == [graph], "the pass set before still runs"
+    fusion.disable()
+    assert inductor_config.post_grad_custom_post_pass is before
+    assert fusion.RMSNormFusionPass().uuid() == fusion.RMSNormFusionPass().uuid()
 
 
-def test_compiled_residual_block_uses_the_rewrites(device):
+def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor):
     """A two-norm residual block under torch.compile: both rewrites happen, the kernels still
     run once per norm and pass, and the results match eager (float32 tolerances)."""
 
@@ -184,20 +180,15 @@ def test_compiled_residual_block_uses_the_rewrites(device):
         h = x + torch.tanh(lin(rk.rmsnorm(x, w1, 1e-6)))
         return h + torch.tanh(lin(rk.rmsnorm(h, w2, 1e-6)))
 
-    torch._dynamo.reset()
     lin = torch.nn.Linear(64, 64, bias=False, device=device)
     x = torch.randn(2, 6, 64, device=device, requires_grad=True)
     w1 = torch.randn(64, device=device, requires_grad=True)
     w2 = torch.randn(64, device=device, requires_grad=True)
-    saved = inductor_config.post_grad_custom_post_pass
     before = dict(fusion.REWRITES)
-    try:
-        fusion.enable()
-        out = torch.compile(block)(x, w1, w2, lin)
-        rk.reset_calls()
-        out.square().sum().backward()
-    finally:
-        inductor_config.post_grad_custom_post_pass = saved
+    fusion.enable()
+    out = torch.compile(block)(x, w1, w2, lin)
+    rk.reset_calls()
+    out.square().sum().backward()
     assert fusion.REWRITES["forward_residual"] - before["forward_residual"] == 1
     assert fusion.REWRITES["backward_accumulate"] - before["backward_accumulate"] == 2
     assert rk.CALLS["backward"] == 2

@@ -3,9 +3,10 @@ SDPA, fwd + bwd + AdamW, ``torch.compile(model)``, interleaved rounds of 10 step
 round), with the Inductor pass of ``rmsnorm_kernel.inductor_fusion`` on and off for our patch:
 
     hf          HF's own norm (Inductor fuses it)
-    ours_off    patch(model, inductor_fusion=False): the norm an opaque op, nothing folded
-    ours        patch(model): the residual add and gradient accumulation folded into our kernels
-    ours_fused  patch(model, fuse_residual=True)
+    ours        patch(model): the norm an opaque op, nothing folded (the default)
+    ours_fusion patch(model, inductor_fusion=True): the residual add and the gradient
+                accumulation folded into our kernels
+    ours_fused_fusion  patch(model, fuse_residual=True, inductor_fusion=True)
     liger       LigerRMSNorm(casting_mode="llama") with the same weights
 
 The pass is global and Inductor compiles at the first call, so each variant runs its first step
@@ -60,9 +61,9 @@ def liger_swap(m):
 
 variants = {
     "hf": None,
-    "ours_off": {"inductor_fusion": False},
     "ours": {},
-    "ours_fused": {"fuse_residual": True},
+    "ours_fusion": {"inductor_fusion": True},
+    "ours_fused_fusion": {"fuse_residual": True, "inductor_fusion": True},
     "liger": "liger",
 }
 models, rewrites, warm = {}, {}, {}
@@ -122,7 +123,7 @@ print(f"llama hidden {hidden} layers {layers} batch {batch}x{seq} bf16, torch.co
 med = {k: statistics.median(v) for k, v in times.items()}
 for name, ts in times.items():
     runs = ", ".join(f"{t * 1e3:.2f}" for t in ts)
-    print(f"{name:12s} step {med[name] * 1e3:8.2f} ms (runs {runs})")
+    print(f"{name:18s} step {med[name] * 1e3:8.2f} ms (runs {runs})")
 ratio = {k: round(med["hf"] / v, 4) for k, v in med.items()}
 print("speed vs hf (hf step / step):", ratio)
 if out_json:

@@ -1,0 +1,51 @@
+"""``patch(model, inductor_fusion=True)`` on a compiled Hugging Face Llama: the pass finds the
+decoder layers' residual adds and gradient accumulations in HF's real graph, and the compiled
+model still computes what the eager patched model does."""
+
+from __future__ import annotations
+
+import torch
+from hf_models import tiny_model, tokens
+from torch._inductor import config as inductor_config
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import inductor_fusion
+from rmsnorm_kernel.integrations.transformers import patch, unpatch
+
+
+def _loss_and_grads(model, ids):
+    model.zero_grad(set_to_none=True)
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    return out.logits.detach(), {
+        n.removeprefix("_orig_mod."): p.grad.clone()
+        for n, p in model.named_parameters()
+        if "norm" in n
+    }
+
+
+def test_compiled_llama_folds_every_residual_add(device, fresh_inductor):
+    model = tiny_model("llama").to(device).train()
+    layers = model.config.num_hidden_layers
+    ids = tokens().to(device)
+    before = dict(inductor_fusion.REWRITES)
+    patch(model, inductor_fusion=True)
+    assert inductor_fusion.enabled()
+    rk.reset_calls()
+    logits, grads = _loss_and_grads(torch.compile(model), ids)
+    assert rk.CALLS == {"forward": 2 * layers + 1, "backward": 2 * layers + 1}
+    done = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
+    # Every norm but the first reads a residual sum; every norm but the last (its input has no
+    # other user) has its gradient accumulated with the residual stream's.
+    assert done == {"forward_residual": 2 * layers, "backward_accumulate": 2 * layers}
+    eager_logits, eager_grads = _loss_and_grads(model, ids)
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(logits, eager_logits, **tol)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, eager_grads[name], **tol, msg=lambda m, n=name: f"{n}: {m}")
+    unpatch(model)
+
+
+def test_patch_leaves_inductor_alone_by_default(fresh_inductor):
+    patch(tiny_model("llama"))
+    assert inductor_config.post_grad_custom_post_pass is None
