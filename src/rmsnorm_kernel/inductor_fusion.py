@@ -28,6 +28,7 @@ import operator
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 from . import function  # noqa: F401  (registers the ops this pass rewrites)
 
@@ -84,10 +85,14 @@ def _plain_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     if not all(isinstance(v, torch.Tensor) for v in (va, vb, vout)):
         return None
     alike = all(
-        v.shape == vout.shape and v.dtype == vout.dtype and v.device == vout.device
-        for v in (va, vb)
+        _same_shape(v, vout) and v.dtype == vout.dtype and v.device == vout.device for v in (va, vb)
     )
     return (a, b) if alike else None
+
+
+def _same_shape(u: torch.Tensor, v: torch.Tensor) -> bool:
+    """Equal shapes, provably (symbolic sizes under ``dynamic=True`` too; adds no guard)."""
+    return len(u.shape) == len(v.shape) and statically_known_true(sym_eq(u.shape, v.shape))
 
 
 def _getitems(node: torch.fx.Node) -> dict[int, list[torch.fx.Node]] | None:
@@ -137,7 +142,7 @@ def _fuse_forward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
         return False
     if any(o.users for o in items.get(1, [])):  # output 1 (h) is empty here: must be unused
         return False
-    if not _val(add).is_contiguous():  # the kernel returns h contiguous
+    if not statically_known_true(_val(add).is_contiguous()):  # the kernel returns h contiguous
         return False
     order = _order(graph)
     inputs = [args["weight"], *operands]
@@ -175,7 +180,7 @@ def _fuse_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
         return False
     g = operands[1] if operands[0] is dx else operands[0]
     dx_val, g_val = _val(dx), _val(g)
-    if g_val.shape != dx_val.shape or g_val.dtype != dx_val.dtype:
+    if not _same_shape(g_val, dx_val) or g_val.dtype != dx_val.dtype:
         return False
     order = _order(graph)
     anchor = node if order[g] < order[node] else g

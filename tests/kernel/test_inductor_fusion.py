@@ -172,9 +172,11 @@ def test_pass_installs_chains_and_restores(fresh_inductor):
     assert fusion.RMSNormFusionPass().uuid() == fusion.RMSNormFusionPass().uuid()
 
 
-def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor):
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor, dynamic):
     """A two-norm residual block under torch.compile: both rewrites happen, the kernels still
-    run once per norm and pass, and the results match eager (float32 tolerances)."""
+    run once per norm and pass, and the results match eager (float32 tolerances); with symbolic
+    sizes too."""
 
     def block(x, w1, w2, lin):
         h = x + torch.tanh(lin(rk.rmsnorm(x, w1, 1e-6)))
@@ -186,7 +188,7 @@ def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor):
     w2 = torch.randn(64, device=device, requires_grad=True)
     before = dict(fusion.REWRITES)
     fusion.enable()
-    out = torch.compile(block)(x, w1, w2, lin)
+    out = torch.compile(block, dynamic=dynamic)(x, w1, w2, lin)
     rk.reset_calls()
     out.square().sum().backward()
     assert fusion.REWRITES["forward_residual"] - before["forward_residual"] == 1
