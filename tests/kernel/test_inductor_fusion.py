@@ -172,11 +172,13 @@ def test_pass_installs_chains_and_restores(fresh_inductor):
     assert fusion.RMSNormFusionPass().uuid() == fusion.RMSNormFusionPass().uuid()
 
 
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor, dynamic):
+@pytest.mark.parametrize(
+    ("dynamic", "how"), [(False, "enable"), (True, "enable"), (False, "options")]
+)
+def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor, dynamic, how):
     """A two-norm residual block under torch.compile: both rewrites happen, the kernels still
     run once per norm and pass, and the results match eager (float32 tolerances); with symbolic
-    sizes too."""
+    sizes too, and with the pass given in one compile's options instead of globally."""
 
     def block(x, w1, w2, lin):
         h = x + torch.tanh(lin(rk.rmsnorm(x, w1, 1e-6)))
@@ -187,8 +189,12 @@ def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor, dynam
     w1 = torch.randn(64, device=device, requires_grad=True)
     w2 = torch.randn(64, device=device, requires_grad=True)
     before = dict(fusion.REWRITES)
-    fusion.enable()
-    out = torch.compile(block, dynamic=dynamic)(x, w1, w2, lin)
+    options = None
+    if how == "enable":
+        fusion.enable()
+    else:
+        options = {"post_grad_custom_post_pass": fusion.RMSNormFusionPass()}
+    out = torch.compile(block, dynamic=dynamic, options=options)(x, w1, w2, lin)
     rk.reset_calls()
     out.square().sum().backward()
     assert fusion.REWRITES["forward_residual"] - before["forward_residual"] == 1

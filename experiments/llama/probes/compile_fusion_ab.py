@@ -4,13 +4,14 @@ round), with the Inductor pass of ``rmsnorm_kernel.inductor_fusion`` on and off 
 
     hf          HF's own norm (Inductor fuses it)
     ours        patch(model): the norm an opaque op, nothing folded (the default)
-    ours_fusion patch(model, inductor_fusion=True): the residual add and the gradient
-                accumulation folded into our kernels
-    ours_fused_fusion  patch(model, fuse_residual=True, inductor_fusion=True)
+    ours_fusion patch(model) compiled with the pass (RMSNormFusionPass in the compile's options):
+                the residual add and the gradient accumulation folded into our kernels
+    ours_fused_fusion  patch(model, fuse_residual=True), compiled with the pass
     liger       LigerRMSNorm(casting_mode="llama") with the same weights
 
-The pass is global and Inductor compiles at the first call, so each variant runs its first step
-(forward and backward compiled) right after it is built, with the pass set as it wants.
+The variants share their code, so Dynamo would reuse one variant's compiled graph for the next:
+the pass goes in each compile's own options instead of Inductor's global setting (another
+backend, so another compile), and each variant runs its first step right after it is built.
     PYTHONPATH=src python3 experiments/llama/probes/compile_fusion_ab.py HIDDEN LAYERS BATCH SEQ
         [ROUNDS] [JSON]
 """
@@ -21,7 +22,8 @@ import sys
 import time
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from llama_setup import liger_swap, llama_config, token_ids
+from transformers import LlamaForCausalLM
 
 from rmsnorm_kernel import inductor_fusion
 from rmsnorm_kernel.integrations.transformers import patch
@@ -29,41 +31,18 @@ from rmsnorm_kernel.integrations.transformers import patch
 hidden, layers, batch, seq = (int(a) for a in sys.argv[1:5])
 rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 3
 out_json = sys.argv[6] if len(sys.argv) > 6 else None
-cfg = LlamaConfig(
-    vocab_size=32000,
-    hidden_size=hidden,
-    intermediate_size=int(hidden * 8 / 3) // 256 * 256,
-    num_hidden_layers=layers,
-    num_attention_heads=hidden // 128,
-    num_key_value_heads=8,
-    max_position_embeddings=seq,
-    attn_implementation="sdpa",
-)
-ids = torch.randint(0, 32000, (batch, seq), device="cuda")
-
-
-def liger_swap(m):
-    from liger_kernel.transformers.rms_norm import LigerRMSNorm
-
-    for mod in list(m.modules()):
-        for cname, child in list(mod.named_children()):
-            if type(child).__name__ == "LlamaRMSNorm":
-                new = LigerRMSNorm(
-                    child.weight.shape[0],
-                    eps=child.variance_epsilon,
-                    offset=0.0,
-                    casting_mode="llama",
-                    init_fn="ones",
-                )
-                new.weight = child.weight
-                setattr(mod, cname, new)
+cfg = llama_config(hidden, layers, seq)
+ids = token_ids(batch, seq)
+# Every graph compiled here, none from a cache: the rewrite counts then say what the pass did.
+torch._inductor.config.fx_graph_cache = False
+torch._functorch.config.enable_autograd_cache = False
 
 
 variants = {
     "hf": None,
     "ours": {},
-    "ours_fusion": {"inductor_fusion": True},
-    "ours_fused_fusion": {"fuse_residual": True, "inductor_fusion": True},
+    "ours_fusion": {"fusion": True},
+    "ours_fused_fusion": {"fuse_residual": True, "fusion": True},
     "liger": "liger",
 }
 models, rewrites, warm = {}, {}, {}
@@ -71,7 +50,7 @@ for name, how in variants.items():
     torch.manual_seed(0)
     with torch.device("cuda"):
         m = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    inductor_fusion.disable()
+    options = None
     if how == "liger":
         try:
             liger_swap(m)
@@ -79,12 +58,15 @@ for name, how in variants.items():
             print("liger unavailable:", e)
             continue
     elif how is not None:
+        how = dict(how)
+        if how.pop("fusion", False):
+            options = {"post_grad_custom_post_pass": inductor_fusion.RMSNormFusionPass()}
         patch(m, **how)
-    cm = torch.compile(m)
+    cm = torch.compile(m, options=options)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
     before = dict(inductor_fusion.REWRITES)
     t0 = time.perf_counter()
-    out = cm(ids, labels=ids)  # compiles forward and backward with the pass as set now
+    out = cm(ids, labels=ids)  # compiles forward and backward
     out.loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -96,7 +78,6 @@ for name, how in variants.items():
         flush=True,
     )
     models[name] = (cm, opt)
-inductor_fusion.disable()
 
 times = {k: [] for k in models}
 for r in range(rounds + 1):

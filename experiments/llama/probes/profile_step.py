@@ -16,41 +16,16 @@ import sys
 import time
 
 import torch
+from llama_setup import liger_swap, llama_config, token_ids
 from torch.profiler import ProfilerActivity, profile
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from rmsnorm_kernel.integrations.transformers import patch
 
 hidden, layers, batch, seq = (int(a) for a in sys.argv[1:5])
 variants = sys.argv[5:] or ["hf", "ours", "hf+compile", "ours+compile"]
-cfg = LlamaConfig(
-    vocab_size=32000,
-    hidden_size=hidden,
-    intermediate_size=int(hidden * 8 / 3) // 256 * 256,
-    num_hidden_layers=layers,
-    num_attention_heads=hidden // 128,
-    num_key_value_heads=8,
-    max_position_embeddings=seq,
-    attn_implementation="sdpa",
-)
-ids = torch.randint(0, 32000, (batch, seq), device="cuda")
-
-
-def liger_swap(m):
-    from liger_kernel.transformers.rms_norm import LigerRMSNorm
-
-    for mod in list(m.modules()):
-        for cname, child in list(mod.named_children()):
-            if type(child).__name__ == "LlamaRMSNorm":
-                new = LigerRMSNorm(
-                    child.weight.shape[0],
-                    eps=child.variance_epsilon,
-                    offset=0.0,
-                    casting_mode="llama",
-                    init_fn="ones",
-                )
-                new.weight = child.weight
-                setattr(mod, cname, new)
+cfg = llama_config(hidden, layers, seq)
+ids = token_ids(batch, seq)
 
 
 def step(run, opt):
