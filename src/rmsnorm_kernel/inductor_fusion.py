@@ -213,23 +213,33 @@ def fuse_graph(graph: torch.fx.Graph) -> dict[str, int]:
 
 
 class RMSNormFusionPass(CustomGraphPass):
-    """Inductor's post-grad custom pass: runs ``previous`` (a pass that was set before), then
-    :func:`fuse_graph`. Its ``uuid`` keys Inductor's cache on this file's contents."""
+    """Inductor's post-grad custom pass: runs ``previous`` (what was set before: one pass, a
+    list of passes, or None), then :func:`fuse_graph`. Its ``uuid`` keys Inductor's cache on this
+    file's contents and the previous passes' own uuids."""
 
     def __init__(self, previous=None) -> None:
         self.previous = previous
 
+    def _before(self) -> tuple:
+        if self.previous is None:
+            return ()
+        if isinstance(self.previous, (list, tuple)):
+            return tuple(self.previous)
+        return (self.previous,)
+
     def __call__(self, graph: torch.fx.Graph) -> None:
-        if self.previous is not None:
-            self.previous(graph)
+        for earlier in self._before():
+            earlier(graph)
         fuse_graph(graph)
 
     def uuid(self):
-        mine = get_hash_for_files((__file__,)).hex()
-        if self.previous is None:
-            return mine
-        theirs = self.previous.uuid() if hasattr(self.previous, "uuid") else None
-        return None if theirs is None else f"{mine}:{theirs}"  # None: the cache is bypassed
+        parts = [get_hash_for_files((__file__,)).hex()]
+        for earlier in self._before():
+            theirs = earlier.uuid() if hasattr(earlier, "uuid") else None
+            if theirs is None:
+                return None  # a pass without a uuid: Inductor then bypasses its cache
+            parts.append(str(theirs))
+        return ":".join(parts)
 
 
 def enabled() -> bool:

@@ -170,6 +170,12 @@ def test_pass_installs_chains_and_restores(fresh_inductor):
     fusion.disable()
     assert inductor_config.post_grad_custom_post_pass is before
     assert fusion.RMSNormFusionPass().uuid() == fusion.RMSNormFusionPass().uuid()
+    # a list of passes (torch 2.13 accepts one there, 2.11 does not) runs in order; a pass
+    # without a uuid gives no cache key
+    listed = fusion.RMSNormFusionPass([before, Before()])
+    listed(graph)
+    assert len(seen) == 3 and listed.uuid().endswith(":before:before")
+    assert fusion.RMSNormFusionPass([lambda graph: None]).uuid() is None
 
 
 @pytest.mark.parametrize(
