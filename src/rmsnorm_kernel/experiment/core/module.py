@@ -14,6 +14,17 @@ import torch
 from torch import nn
 
 
+def _compiled(net: nn.Module, inductor_fusion: bool) -> Callable:
+    """``torch.compile(net)``, with the norm-fusion pass in this compile's own options if asked
+    (not Inductor's global setting: other compiles in the process stay as they are)."""
+    options = None
+    if inductor_fusion:
+        from rmsnorm_kernel.inductor_fusion import RMSNormFusionPass
+
+        options = {"post_grad_custom_post_pass": RMSNormFusionPass()}
+    return torch.compile(net, options=options)
+
+
 class TaskModule(L.LightningModule):
     """Trains ``net`` on ``(inputs, targets)`` batches with :meth:`loss`.
 
@@ -25,18 +36,40 @@ class TaskModule(L.LightningModule):
     Args:
         net: the model, built through the builders' allow-list (``model.net``).
         optimizer: ``optimizer(params=...) -> torch.optim.Optimizer`` (a Hydra ``_partial_``).
+        compile: run the training, validation and test steps through ``torch.compile(net)``
+            (the net itself, its state_dict keys and the first-batch probe stay eager).
+        inductor_fusion: compile with :mod:`rmsnorm_kernel.inductor_fusion`'s pass in this
+            compile's options (the residual add and gradient accumulation next to our norm
+            folded into its kernels); needs ``compile``.
     """
 
     #: Name of the split-wide metric logged after testing.
     test_metric = "test/loss"
 
-    def __init__(self, net: nn.Module, optimizer: Callable[..., torch.optim.Optimizer]) -> None:
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        compile: bool = False,
+        inductor_fusion: bool = False,
+    ) -> None:
+        for name, value in (("compile", compile), ("inductor_fusion", inductor_fusion)):
+            if not isinstance(value, bool):
+                raise TypeError(f"model.{name} must be true or false (got {value!r})")
+        if inductor_fusion and not compile:
+            raise ValueError(
+                "model.inductor_fusion=true needs model.compile=true (the pass rewrites compiled "
+                "graphs only)"
+            )
         super().__init__()
         # Both stay out of the saved hyperparameters: Hydra's config already records them, and a
         # pickled Hydra partial would make Lightning checkpoints fail `weights_only` loading.
         self.save_hyperparameters(logger=False, ignore=["net", "optimizer"])
         self.net = net
         self.make_optimizer = optimizer
+        # Kept out of the module tree (a plain attribute, not a submodule): the compiled wrapper
+        # shares net's parameters, and registering it would duplicate every state_dict key.
+        self.__dict__["_run"] = _compiled(net, inductor_fusion) if compile else net
         # Sum and count of the current val/test pass: an exact split-wide mean whatever the eval
         # batch size (a mean of batch means would weight a short last batch wrongly).
         self._sum = torch.zeros((), dtype=torch.float64)
@@ -52,11 +85,11 @@ class TaskModule(L.LightningModule):
         raise NotImplementedError
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.net(inputs)
+        return self._run(inputs)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int):
         inputs, targets = batch
-        loss = self.loss(self.net(inputs), targets)
+        loss = self.loss(self._run(inputs), targets)
         # Under DDP each rank holds an equal share of the step's batch: the mean of the ranks'
         # losses (sync_dist) is the loss of the whole batch, the curve one process would log.
         # Without DDP, sync_dist does nothing.
@@ -65,7 +98,7 @@ class TaskModule(L.LightningModule):
 
     def _accumulate(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         inputs, targets = batch
-        total, count = self.error_sum(self.net(inputs), targets)
+        total, count = self.error_sum(self._run(inputs), targets)
         self._sum = self._sum.to(total.device) + total
         self._count += count
 

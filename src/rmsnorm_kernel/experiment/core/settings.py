@@ -97,6 +97,21 @@ def check_writable_dir(path: Path, key: str) -> None:
         ) from e
 
 
+def _compile_switches(cfg: Any) -> None:
+    """``model.compile`` / ``model.inductor_fusion``: booleans; the pass needs the compile."""
+    values = {}
+    for key in ("compile", "inductor_fusion"):
+        present, value = _get(cfg, f"model.{key}")
+        if present and not isinstance(value, bool):
+            raise SettingsError(f"model.{key} must be true or false (got {value!r})")
+        values[key] = present and value
+    if values["inductor_fusion"] and not values["compile"]:
+        raise SettingsError(
+            "model.inductor_fusion=true needs model.compile=true: the pass rewrites compiled "
+            "graphs only"
+        )
+
+
 def check_train_config(cfg: Any, paths: bool = True) -> None:
     """Every rule of a composed training config (``conf/train.yaml`` and its groups).
 
@@ -121,6 +136,7 @@ def check_train_config(cfg: Any, paths: bool = True) -> None:
             f"batch (got {batch})"
         )
     _positive_number(cfg, "model.optimizer.lr")
+    _compile_switches(cfg)
     present, ckpt = _get(cfg, "ckpt_path")
     if present and ckpt is not None:
         if not isinstance(ckpt, str) or not (ckpt == "auto" or Path(ckpt).is_file()):
