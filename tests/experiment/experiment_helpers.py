@@ -44,6 +44,20 @@ def compose_cfg(
         )
 
 
+def tiny_llama(root: Path, run: str, steps: int) -> list[str]:
+    """Overrides of a short ``experiment=llama`` run: ``steps`` steps, one validation, no
+    progress bar, run dir ``root/run``, checkpoints in ``root/checkpoints``."""
+    return [
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "callbacks.throughput.warmup_steps=1",
+        "~callbacks.progress_bar",
+        "+trainer.enable_progress_bar=false",
+        f"paths.output_dir={root / run}",
+        f"paths.checkpoint_dir={root / 'checkpoints'}",
+    ]
+
+
 #: Environment of subprocess runs: one intra-op thread (see ``one_thread``).
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

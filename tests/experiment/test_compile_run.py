@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from experiment_helpers import tiny_llama
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from torch._inductor import config as inductor_config
@@ -25,16 +26,7 @@ def compose_llama(*overrides: str):
 
 
 def tiny(root, run: str) -> list[str]:
-    return [
-        f"trainer.max_steps={STEPS}",
-        f"trainer.val_check_interval={STEPS}",
-        "callbacks.throughput.warmup_steps=1",
-        "~callbacks.progress_bar",
-        "+trainer.enable_progress_bar=false",
-        "~logger",
-        f"paths.output_dir={root / run}",
-        f"paths.checkpoint_dir={root / 'checkpoints'}",
-    ]
+    return [*tiny_llama(root, run, STEPS), "~logger"]
 
 
 def test_compiled_run_with_the_pass_trains_like_eager(tmp_path, fresh_inductor):

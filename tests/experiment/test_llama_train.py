@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from experiment_helpers import one_thread
+from experiment_helpers import one_thread, tiny_llama
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from planted_norms import SEARCHPATH, planted_norm
@@ -43,15 +43,7 @@ def compose_llama(*overrides: str):
 
 def tiny(root: Path, run: str) -> list[str]:
     """The CPU sweep's overrides: STEPS steps, one validation, run dir ``root/run``."""
-    return [
-        f"trainer.max_steps={STEPS}",
-        f"trainer.val_check_interval={STEPS}",
-        "callbacks.throughput.warmup_steps=1",
-        "~callbacks.progress_bar",
-        "+trainer.enable_progress_bar=false",
-        f"paths.output_dir={root / run}",
-        f"paths.checkpoint_dir={root / 'checkpoints'}",
-    ]
+    return tiny_llama(root, run, STEPS)
 
 
 @pytest.fixture(scope="module")
