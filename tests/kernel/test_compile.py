@@ -55,6 +55,20 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.rmsnorm_kernel.rmsnorm_fwd.default, (x, w, r, 1e-6, 1.0))
 
 
+def test_opcheck_backward_op(device):
+    """The same checks of the backward op, with and without dh (what ``inductor_fusion`` passes
+    in), and with Llama's rounding on 16-bit rows."""
+    x = torch.randn(3, 40, device=device)
+    w = torch.randn(40, device=device)
+    _, _, rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0, False)
+    dy, dh = torch.randn(3, 40, device=device), torch.randn(3, 40, device=device)
+    bwd = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
+    torch.library.opcheck(bwd, (dy, None, x, w, rstd, 0.0, False))
+    torch.library.opcheck(bwd, (dy, dh, x, w, rstd, 1.0, False))
+    half = [t.bfloat16() for t in (dy, dh, x)]
+    torch.library.opcheck(bwd, (half[0], half[1], half[2], w, rstd, 0.0, True))
+
+
 def test_double_backward_through_the_op(device):
     """Eagerly, the op's backward is differentiable (the exact PyTorch-ops formula); compiled, the
     first-order backward runs the kernels and differentiating it again is torch's clear error."""
