@@ -5,19 +5,24 @@ Inductor fuses a PyTorch-ops RMSNorm with the pointwise ops around it, but our n
 kernels, each a full extra pass over an activation:
 
 - forward, the residual add before the norm: ``h = a + b; y = rmsnorm_fwd(h)``. Rewritten to
-  ``y, h = rmsnorm_fwd(a, residual=b)``: one kernel reads a and b and writes h and y.
+  ``y, h = rmsnorm_fwd(a, residual=b)``: one kernel reads a and b and writes h and y. ``b`` may
+  be of a narrower dtype that converts exactly into ``a``'s (a bfloat16 block output added to a
+  float32 residual stream under autocast); the public ``rmsnorm`` keeps asking for one dtype.
 - backward, the residual stream's gradient accumulation after the norm's backward:
   ``dx = rmsnorm_bwd(dy, ...)[0]; g2 = dx + g``. Rewritten to ``rmsnorm_bwd(dy, dh=g, ...)``:
   the kernel adds g to dx in float32 before its one rounding.
 
 Both rewrites keep every value (the first bit for bit; the second rounds once where the graph
-rounded twice) and change nothing else in the graph. They apply only where shapes, dtypes and
-devices of both operands already match (no broadcast, no promotion, no ``alpha``), and the
-order of the graph allows it. :func:`enable` installs the pass as Inductor's
-``post_grad_custom_post_pass`` (a global Inductor setting: one that was set already is kept and
-runs first); :func:`disable` restores the previous setting. ``integrations.transformers.patch``
-enables it when asked (``patch(model, inductor_fusion=True)``). :data:`REWRITES` counts what it
-did, per kind.
+rounded twice) and change nothing else in the graph. They apply only where shapes and devices
+of both operands match the result (no broadcast, no ``alpha``), the dtypes as said (the
+backward: all equal), and the order of the graph allows it.
+
+:func:`enable` installs the pass as Inductor's ``post_grad_custom_post_pass`` (a global
+Inductor setting: one that was set already is kept and runs first); :func:`disable` restores
+the previous setting. ``integrations.transformers.patch`` enables it when asked
+(``patch(model, inductor_fusion=True)``); for one compile only, pass ``RMSNormFusionPass()`` in
+``torch.compile(..., options={"post_grad_custom_post_pass": ...})``. :data:`REWRITES` counts
+what it did, per kind.
 """
 
 from __future__ import annotations
@@ -90,6 +95,28 @@ def _plain_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     return (a, b) if alike else None
 
 
+def _residual_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """``(x, residual)`` if ``node`` is ``x + residual`` (either order) whose result has x's
+    dtype, with a residual whose dtype converts into it exactly (bfloat16 or float16 into float32:
+    the residual stream under autocast), both of the result's shape and device; else None. The
+    kernel then adds them in x's dtype or wider and rounds once to x's dtype, as the add did."""
+    if not (isinstance(node, torch.fx.Node) and node.target is _ADD):
+        return None
+    if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
+        return None
+    vals = [_val(a) for a in node.args]
+    vout = _val(node)
+    if not all(isinstance(v, torch.Tensor) for v in (*vals, vout)):
+        return None
+    if not all(_same_shape(v, vout) and v.device == vout.device for v in vals):
+        return None
+    for i in (0, 1):
+        x, res = vals[i], vals[1 - i]
+        if x.dtype == vout.dtype and torch.promote_types(res.dtype, x.dtype) == x.dtype:
+            return node.args[i], node.args[1 - i]
+    return None
+
+
 def _same_shape(u: torch.Tensor, v: torch.Tensor) -> bool:
     """Equal shapes, provably (symbolic sizes under ``dynamic=True`` too; adds no guard)."""
     return len(u.shape) == len(v.shape) and statically_known_true(sym_eq(u.shape, v.shape))
@@ -136,7 +163,7 @@ def _replace(graph, old: torch.fx.Node, op, call: tuple, items: dict, after: tor
 def _fuse_forward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     args = _arguments(node, _FWD)
     add = args["x"]
-    operands = _plain_add(add) if args["residual"] is None else None
+    operands = _residual_add(add) if args["residual"] is None else None
     items = _getitems(node)
     if operands is None or items is None:
         return False

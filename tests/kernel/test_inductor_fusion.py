@@ -72,6 +72,28 @@ def test_forward_residual_add_is_folded_bit_for_bit(device, dtype):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("swap", [False, True])
+def test_forward_folds_a_narrower_residual_bit_for_bit(device, swap):
+    """float32 stream + bfloat16 block output (autocast's residual add): the float32 operand is
+    the kernel's x, in either order of the add; the values are the graph's own."""
+
+    def fn(a, b, w):
+        h = b + a if swap else a + b
+        y, _, rstd = FWD(h, w, None, 1e-6, 0.0, False)
+        return y, rstd, h
+
+    a = torch.randn(6, 80, device=device)
+    b = torch.randn(6, 80, device=device, dtype=torch.bfloat16)
+    w = torch.randn(80, device=device)
+    gm = _trace(fn, a, b, w)
+    new, done = _fused(gm)
+    assert done["forward_residual"] == 1 and _count(new, ADD) == 0
+    (node,) = [n for n in new.graph.nodes if n.target is FWD]
+    assert node.args[0].meta["val"].dtype == torch.float32  # x: the float32 operand
+    for got, want in zip(new(a, b, w), gm(a, b, w), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_backward_accumulation_is_folded(device):
     def fn(dy, g, saved, w, rstd):
         dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
@@ -130,7 +152,7 @@ def test_what_is_left_alone(device, case):
         h = {
             "broadcast": lambda: a + b[0],
             "alpha": lambda: torch.add(a, b, alpha=2),
-            "promotion": lambda: a + b.to(torch.bfloat16),
+            "promotion": lambda: a.half() + b.to(torch.bfloat16),  # float32: neither's dtype
         }[case]()
         return FWD(h, w, None, 1e-6, 0.0, False)[0]
 
@@ -216,3 +238,32 @@ def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor, dynam
         torch.testing.assert_close(
             g, t.grad, **TOLERANCES[torch.float32], msg=lambda m, name=name: f"{name}: {m}"
         )
+
+
+def test_compiled_block_under_autocast(device, fresh_inductor):
+    """bfloat16 autocast: the float32 residual stream plus a bfloat16 block output is folded
+    too, and the compiled block computes the eager block's values."""
+
+    def block(x, w1, w2, lin):
+        h = x + lin(rk.rmsnorm(x, w1, 1e-6))
+        return h + lin(rk.rmsnorm(h, w2, 1e-6))
+
+    lin = torch.nn.Linear(64, 64, bias=False, device=device)
+    x = torch.randn(2, 6, 64, device=device, requires_grad=True)
+    w1 = torch.randn(64, device=device, requires_grad=True)
+    w2 = torch.randn(64, device=device, requires_grad=True)
+    options = {"post_grad_custom_post_pass": fusion.RMSNormFusionPass()}
+    before = dict(fusion.REWRITES)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = torch.compile(block, options=options)(x, w1, w2, lin)
+    out.float().square().sum().backward()
+    assert fusion.REWRITES["forward_residual"] - before["forward_residual"] == 1
+    assert fusion.REWRITES["backward_accumulate"] - before["backward_accumulate"] == 2
+    got = x.grad.clone()
+    x.grad = None
+    with torch.autocast(device, dtype=torch.bfloat16):
+        eager = block(x, w1, w2, lin)
+    eager.float().square().sum().backward()
+    assert out.dtype == eager.dtype == torch.float32
+    assert_close(out, eager, torch.float32, "y")
+    assert_close(got, x.grad, torch.float32, "dx")
