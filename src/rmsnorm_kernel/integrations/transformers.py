@@ -63,7 +63,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import inductor_fusion as fusion
 from ..function import rmsnorm
 from .fused_residual import DECODER_SOURCES, fused_decoder_forward
 
@@ -479,6 +478,8 @@ def patch(
     for module, rule in todo:
         module.__class__ = _kernel_class(type(module), rule)
     if inductor_fusion:
+        from .. import inductor_fusion as fusion  # here: it imports Inductor (about a second)
+
         fusion.enable()
     if skipped:
         log.warning("patch left %d module(s) unpatched: %s", len(skipped), "; ".join(skipped))
