@@ -80,6 +80,7 @@ for name, how in variants.items():
     models[name] = (cm, opt)
 
 times = {k: [] for k in models}
+peak = {k: 0.0 for k in models}  # GiB: torch.cuda.max_memory_allocated over a round's steps
 for r in range(rounds + 1):
     for name, (cm, opt) in models.items():
 
@@ -90,6 +91,7 @@ for r in range(rounds + 1):
             opt.zero_grad(set_to_none=True)
             return out.loss.detach()
 
+        torch.cuda.reset_peak_memory_stats()
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -100,11 +102,12 @@ for r in range(rounds + 1):
         torch.cuda.synchronize()
         if r:
             times[name].append((time.perf_counter() - t) / k)
+            peak[name] = max(peak[name], torch.cuda.max_memory_allocated() / 2**30)
 print(f"llama hidden {hidden} layers {layers} batch {batch}x{seq} bf16, torch.compile")
 med = {k: statistics.median(v) for k, v in times.items()}
 for name, ts in times.items():
     runs = ", ".join(f"{t * 1e3:.2f}" for t in ts)
-    print(f"{name:18s} step {med[name] * 1e3:8.2f} ms (runs {runs})")
+    print(f"{name:18s} step {med[name] * 1e3:8.2f} ms (runs {runs}), peak {peak[name]:.2f} GiB")
 ratio = {k: round(med["hf"] / v, 4) for k, v in med.items()}
 print("speed vs hf (hf step / step):", ratio)
 if out_json:
@@ -116,6 +119,7 @@ if out_json:
                 "step_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
                 "median_ms": {k: v * 1e3 for k, v in med.items()},
                 "speed_vs_hf": ratio,
+                "peak_gib": peak,
                 "rewrites": rewrites,
                 "first_step_s": warm,
                 "torch": torch.__version__,
