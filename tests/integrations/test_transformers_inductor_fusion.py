@@ -53,3 +53,12 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
 def test_patch_leaves_inductor_alone_by_default(fresh_inductor):
     patch(tiny_model("llama"))
     assert inductor_config.post_grad_custom_post_pass is None
+
+
+@pytest.mark.parametrize("switch", ["fuse_residual", "allow_unknown", "inductor_fusion"])
+def test_patch_switches_must_be_booleans(switch, fresh_inductor):
+    model = tiny_model("llama")
+    with pytest.raises(TypeError, match=f"{switch} must be True or False"):
+        patch(model, **{switch: "yes"})
+    assert not any("Kernel" in type(m).__name__ for m in model.modules()), "nothing changed"
+    assert inductor_config.post_grad_custom_post_pass is None

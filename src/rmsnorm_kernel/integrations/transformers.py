@@ -444,6 +444,14 @@ def patch(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    switches = {
+        "fuse_residual": fuse_residual,
+        "allow_unknown": allow_unknown,
+        "inductor_fusion": inductor_fusion,
+    }
+    for name, value in switches.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False (got {value!r})")
     todo: list[tuple[nn.Module, str]] = []
     skipped: list[str] = []
     rule_norms: set[int] = set()  # norms that are, or will be, patched with a fusable rule
