@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 from llama_setup import liger_swap, llama_config, token_ids
@@ -45,7 +46,7 @@ variants = {
     "ours_fused_fusion": {"fuse_residual": True, "fusion": True},
     "liger": "liger",
 }
-models, rewrites, warm = {}, {}, {}
+models, rewrites, warm, failed = {}, {}, {}, []
 for name, how in variants.items():
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -66,11 +67,18 @@ for name, how in variants.items():
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
     before = dict(inductor_fusion.REWRITES)
     t0 = time.perf_counter()
-    out = cm(ids, labels=ids)  # compiles forward and backward
-    out.loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+    try:
+        out = cm(ids, labels=ids)  # compiles forward and backward
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    except Exception:  # say it, and measure the other variants (one device call, many figures)
+        print(f"{name}: FAILED in its first step", flush=True)
+        traceback.print_exc()
+        failed.append(name)
+        del m, cm, opt
+        continue
     warm[name] = time.perf_counter() - t0
     rewrites[name] = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
     print(
@@ -121,6 +129,7 @@ if out_json:
                 "speed_vs_hf": ratio,
                 "peak_gib": peak,
                 "rewrites": rewrites,
+                "failed": failed,
                 "first_step_s": warm,
                 "torch": torch.__version__,
             },
