@@ -29,6 +29,7 @@ elif [ "$part" = fusion ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/summary.txt"
   TAIL=12 step pytest "${PYTEST_S:-200}" python3 -m pytest -q -p no:cacheprovider -n 8 -rfE \
     tests/kernel/test_inductor_fusion.py tests/kernel/test_compile.py \
+    tests/integrations/test_transformers_inductor_fusion.py tests/experiment/test_compile_run.py \
     tests/integrations/test_transformers_rules.py tests/integrations/test_transformers_fused.py \
     tests/integrations/test_transformers_patch.py
   TAIL=12 step fusion_4096 230 python3 experiments/llama/probes/compile_fusion_ab.py 4096 4 2 4096 3 \
