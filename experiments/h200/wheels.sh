@@ -5,8 +5,9 @@
 #   .wq1/   quack-kernels, nvidia-cutlass-dsl + -libs-base/-core, apache-tvm-ffi, torch-c-dlpack-ext
 #           and the first half of nvidia-cutlass-dsl-libs-cu13 (cu13.part.aa)  (~50 MB)
 #   .wq2/   its second half (cu13.part.ab): the 92 MB wheel is over one call's 64 MiB
+#   .t39a/ .t39b/  with T39=1: a slimmed Triton 3.9 in two xz parts (../kernel_perf/triton39.sh)
 # The image runs CPython 3.12 on x86_64. Versions are the ones every recorded run used.
-#   bash experiments/h200/wheels.sh
+#   [T39=1] bash experiments/h200/wheels.sh
 set -eu
 cd "$(dirname "$0")/../.."
 py="--python-version 3.12 --platform manylinux_2_28_x86_64 --only-binary=:all: --no-deps"
@@ -25,3 +26,18 @@ $pip download -q $py -d /tmp/cu13 nvidia-cutlass-dsl-libs-cu13==4.8.1
 split -b 50000000 /tmp/cu13/nvidia_cutlass_dsl_libs_cu13-4.8.1-*.whl /tmp/cu13/cu13.part.
 mv /tmp/cu13/cu13.part.aa .wq1/ && mv /tmp/cu13/cu13.part.ab .wq2/
 du -sh .whl .wq1 .wq2 && ls .whl .wq1
+[ "${T39:-0}" = 1 ] || exit 0
+# The slimmed Triton 3.9 (triton39.sh's header says what is dropped and why it still runs).
+tmp=$(mktemp -d)
+# shellcheck disable=SC2086
+$pip download -q $py -d "$tmp" triton==3.9.0
+(cd "$tmp" && python3 -m zipfile -e triton-3.9.0-*.whl unpacked)
+rm -rf "$tmp"/unpacked/triton/backends/amd "$tmp"/unpacked/triton/backends/nvidia/bin/ptxas-blackwell \
+  "$tmp"/unpacked/triton/backends/nvidia/lib/cupti* "$tmp"/unpacked/triton/_C/libproton.so \
+  "$tmp"/unpacked/triton/instrumentation "$tmp"/unpacked/triton/profiler
+rm -rf .t39a .t39b && mkdir -p .t39a .t39b
+tar c -C "$tmp/unpacked" triton triton-3.9.0.dist-info | xz -6 -T2 | split -b 53000000 -d - "$tmp/t39part."
+mv "$tmp/t39part.00" .t39a/ && mv "$tmp/t39part.01" .t39b/
+[ ! -e "$tmp/t39part.02" ] || { echo "Triton 3.9 needs a third part: not planned for" >&2; exit 1; }
+rm -rf "$tmp"
+du -sh .t39a .t39b

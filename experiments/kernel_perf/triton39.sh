@@ -1,7 +1,8 @@
 # Sourced by device scripts: unpack the slimmed Triton 3.9 (cp312; no AMD backend, Blackwell
 # ptxas, CUPTI or proton) from its two parts and put it first on PYTHONPATH.
 #   use_triton39 PART00 PART01   (the files of .t39a/ and .t39b/, wherever the calls left them)
-# Rebuild the parts: pip download --no-deps triton==3.9.0 --python-version 3.12
+# Rebuild the parts: `T39=1 bash experiments/h200/wheels.sh` (about 2 minutes), which does this:
+# pip download --no-deps triton==3.9.0 --python-version 3.12
 # --only-binary=:all: --platform manylinux_2_28_x86_64; unzip; drop triton/backends/amd,
 # nvidia/bin/ptxas-blackwell, nvidia/lib/cupti*, _C/libproton.so, instrumentation, profiler;
 # tar c triton triton-3.9.0.dist-info | xz -6; split -b 53000000 -d into .t39a/ and .t39b/.
