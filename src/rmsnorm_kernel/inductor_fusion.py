@@ -78,23 +78,6 @@ def _val(node: object):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _plain_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
-    """``(a, b)`` if ``node`` is ``a + b`` of two tensors alike in shape, dtype, device and the
-    result's dtype (so the kernel's one rounding equals the add's); else None."""
-    if not (isinstance(node, torch.fx.Node) and node.target is _ADD):
-        return None
-    if len(node.args) != 2 or node.kwargs.get("alpha", 1) != 1:
-        return None
-    a, b = node.args
-    va, vb, vout = _val(a), _val(b), _val(node)
-    if not all(isinstance(v, torch.Tensor) for v in (va, vb, vout)):
-        return None
-    alike = all(
-        _same_shape(v, vout) and v.dtype == vout.dtype and v.device == vout.device for v in (va, vb)
-    )
-    return (a, b) if alike else None
-
-
 def _residual_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     """``(x, residual)`` if ``node`` is ``x + residual`` (either order) whose result has x's
     dtype, with a residual whose dtype converts into it exactly (bfloat16 or float16 into float32:
@@ -115,6 +98,15 @@ def _residual_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
         if x.dtype == vout.dtype and torch.promote_types(res.dtype, x.dtype) == x.dtype:
             return node.args[i], node.args[1 - i]
     return None
+
+
+def _plain_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """:func:`_residual_add`'s pair when both addends also share the result's dtype (the
+    backward's accumulation: the kernel's one rounding then equals the add's)."""
+    pair = _residual_add(node)
+    if pair is None or _val(pair[0]).dtype != _val(pair[1]).dtype:
+        return None
+    return pair
 
 
 def _same_shape(u: torch.Tensor, v: torch.Tensor) -> bool:

@@ -13,6 +13,8 @@ import lightning as L
 import torch
 from torch import nn
 
+from .settings import check_compile_switches
+
 
 def _compiled(net: nn.Module, inductor_fusion: bool) -> Callable:
     """``torch.compile(net)``, with the norm-fusion pass in this compile's own options if asked
@@ -53,14 +55,7 @@ class TaskModule(L.LightningModule):
         compile: bool = False,
         inductor_fusion: bool = False,
     ) -> None:
-        for name, value in (("compile", compile), ("inductor_fusion", inductor_fusion)):
-            if not isinstance(value, bool):
-                raise TypeError(f"model.{name} must be true or false (got {value!r})")
-        if inductor_fusion and not compile:
-            raise ValueError(
-                "model.inductor_fusion=true needs model.compile=true (the pass rewrites compiled "
-                "graphs only)"
-            )
+        check_compile_switches(compile, inductor_fusion)
         super().__init__()
         # Both stay out of the saved hyperparameters: Hydra's config already records them, and a
         # pickled Hydra partial would make Lightning checkpoints fail `weights_only` loading.

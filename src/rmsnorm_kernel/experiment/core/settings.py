@@ -97,19 +97,25 @@ def check_writable_dir(path: Path, key: str) -> None:
         ) from e
 
 
-def _compile_switches(cfg: Any) -> None:
-    """``model.compile`` / ``model.inductor_fusion``: booleans; the pass needs the compile."""
-    values = {}
-    for key in ("compile", "inductor_fusion"):
-        present, value = _get(cfg, f"model.{key}")
-        if present and not isinstance(value, bool):
+def check_compile_switches(compile: object, inductor_fusion: object) -> None:
+    """``model.compile`` / ``model.inductor_fusion``: booleans, and the pass needs the compile
+    (checked here for a config, and by the LightningModule built without one)."""
+    for key, value in (("compile", compile), ("inductor_fusion", inductor_fusion)):
+        if not isinstance(value, bool):
             raise SettingsError(f"model.{key} must be true or false (got {value!r})")
-        values[key] = present and value
-    if values["inductor_fusion"] and not values["compile"]:
+    if inductor_fusion and not compile:
         raise SettingsError(
             "model.inductor_fusion=true needs model.compile=true: the pass rewrites compiled "
             "graphs only"
         )
+
+
+def _compile_switches(cfg: Any) -> None:
+    values = {}
+    for key in ("compile", "inductor_fusion"):
+        present, value = _get(cfg, f"model.{key}")
+        values[key] = value if present else False
+    check_compile_switches(**values)
 
 
 def check_train_config(cfg: Any, paths: bool = True) -> None:
