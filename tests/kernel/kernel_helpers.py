@@ -10,6 +10,7 @@ import torch
 import yaml
 
 import rmsnorm_kernel as rk
+from rmsnorm_kernel.config import BackwardConfig
 from rmsnorm_kernel.paths import CONFIG_DIR
 
 _CAMPAIGN = CONFIG_DIR / "campaign" / "default.yaml"
@@ -120,3 +121,15 @@ def check_against_oracle(x, weight, dtype, eps=1e-6, **kwargs):
         assert weight.grad.dtype == weight.dtype
         assert_close(weight.grad, dw_ref, dtype, "dweight")
     return x, weight, y
+
+
+def one_tile_backward_config(m: int, rows_per_program: int, **fields) -> BackwardConfig:
+    """An explicit one-tile backward config for ``m`` rows, ``rows_per_program`` each (as many
+    programs as that takes), float32 dweight partials; ``fields``: the rest (block, warps...)."""
+    return BackwardConfig(
+        one_tile=True,
+        groups=-(-m // rows_per_program),
+        rows_per_program=rows_per_program,
+        dw_float64=False,
+        **fields,
+    )

@@ -18,11 +18,11 @@ import dataclasses
 import pytest
 import torch
 import triton
-from kernel_helpers import assert_close, oracle, oracle_y
+from kernel_helpers import assert_close, one_tile_backward_config, oracle, oracle_y
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import config, ops
-from rmsnorm_kernel.config import BackwardConfig, ForwardConfig
+from rmsnorm_kernel.config import ForwardConfig
 
 DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
 #: Cluster launches need Triton >= 3.8 (config.CLUSTERS_MIN_TRITON); on an older one the GPU
@@ -32,16 +32,8 @@ gpu = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 
 def _sum_config(m, n, groups, warps, ctas):
-    rpp = -(-m // groups)
-    return BackwardConfig(
-        block=triton.next_power_of_2(n),
-        one_tile=True,
-        groups=-(-m // rpp),
-        rows_per_program=rpp,
-        num_warps=warps,
-        tree=False,
-        dw_float64=False,
-        ctas=ctas,
+    return one_tile_backward_config(
+        m, -(-m // groups), block=triton.next_power_of_2(n), num_warps=warps, tree=False, ctas=ctas
     )
 
 

@@ -18,13 +18,13 @@ import triton
 from kernel_helpers import (
     assert_close,
     assert_dweight_within_sum_bound,
+    one_tile_backward_config,
     oracle,
     x_away_from_zero,
 )
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import config, ops
-from rmsnorm_kernel.config import BackwardConfig
 from rmsnorm_kernel.contract import ContractValueError
 
 DEVICE = "cuda" if rk.BACKEND == "cuda" else "cpu"
@@ -33,17 +33,8 @@ gpu = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py)
 
 def _tma_config(m, n, groups, rows, stages=2, tree=False, warps=4):
     rpp = triton.cdiv(triton.cdiv(m, groups), rows) * rows  # a multiple of rows
-    return BackwardConfig(
-        block=n,
-        one_tile=True,
-        groups=-(-m // rpp),
-        rows_per_program=rpp,
-        num_warps=warps,
-        tree=tree,
-        dw_float64=False,
-        stages=stages,
-        rows=rows,
-        tma=True,
+    return one_tile_backward_config(
+        m, rpp, block=n, num_warps=warps, tree=tree, stages=stages, rows=rows, tma=True
     )
 
 
