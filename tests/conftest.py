@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 # Hugging Face models are built from configs (experiment/ and integrations/ tests): nothing may be
 # downloaded. Set before transformers is imported anywhere, so a stray hub call fails at once
@@ -36,6 +37,19 @@ def device() -> str:
 def _seed():
     torch.manual_seed(0)
     rk.reset_calls()
+
+
+@pytest.fixture(autouse=True)
+def _inductor_pass_restored():
+    """``patch(model)`` installs ``rmsnorm_kernel.inductor_fusion``'s pass in Inductor's global
+    config by default: put back what was there, so one test's patch does not reach another's
+    compiles."""
+    config = sys.modules.get("torch._inductor.config")
+    before = None if config is None else config.post_grad_custom_post_pass
+    yield
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None:
+        config.post_grad_custom_post_pass = before
 
 
 @pytest.fixture

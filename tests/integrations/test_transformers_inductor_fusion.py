@@ -1,6 +1,6 @@
-"""``patch(model, inductor_fusion=True)`` on a compiled Hugging Face Llama: the pass finds the
-decoder layers' residual adds and gradient accumulations in HF's real graph, and the compiled
-model still computes what the eager patched model does."""
+"""``patch(model)`` (its default ``inductor_fusion=True``) on a compiled Hugging Face Llama: the
+pass finds the decoder layers' residual adds and gradient accumulations in HF's real graph, and
+the compiled model still computes what the eager patched model does."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
     layers = model.config.num_hidden_layers
     ids = tokens().to(device)
     before = dict(inductor_fusion.REWRITES)
-    norms = patch(model, inductor_fusion=True)
+    norms = patch(model)
     assert inductor_fusion.enabled()
     rk.reset_calls()
     logits, grads = _loss_and_grads(torch.compile(model), ids)
@@ -50,8 +50,15 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
     unpatch(model)
 
 
-def test_patch_leaves_inductor_alone_by_default(fresh_inductor):
+def test_patch_installs_the_pass_by_default(fresh_inductor):
     patch(tiny_model("llama"))
+    assert inductor_fusion.enabled()
+    inductor_fusion.disable()
+    assert inductor_config.post_grad_custom_post_pass is None
+
+
+def test_patch_leaves_inductor_alone_when_told(fresh_inductor):
+    patch(tiny_model("llama"), inductor_fusion=False)
     assert inductor_config.post_grad_custom_post_pass is None
 
 

@@ -412,7 +412,7 @@ def patch(
     *,
     fuse_residual: bool = False,
     allow_unknown: bool = False,
-    inductor_fusion: bool = False,
+    inductor_fusion: bool = True,
 ) -> int:
     """Make every RMSNorm module of ``model`` call ``rmsnorm_kernel.rmsnorm``, in place.
 
@@ -425,10 +425,11 @@ def patch(
             convention reproduced here (and, with ``fuse_residual``, decoder layers that are not
             Llama-style) as they are, logged, instead of raising.
         inductor_fusion: also install :mod:`rmsnorm_kernel.inductor_fusion`'s pass (a global
-            Inductor setting, logged), so that under ``torch.compile`` the residual add before
-            each norm and the gradient accumulation after its backward run inside the norm's
-            kernels. No effect on eager execution; ``inductor_fusion.disable()`` removes it.
-            Opt-in until its effect on a compiled model is measured on a GPU.
+            Inductor setting, logged at INFO; a pass set there before keeps running first), so
+            that under ``torch.compile`` the residual add before each norm and the gradient
+            accumulation after its backward run inside the norm's kernels (compiled HF Llama on
+            an H200: +0.3-0.4% step speed). No effect on eager execution. ``False`` leaves
+            Inductor's settings alone; ``inductor_fusion.disable()`` removes the pass later.
 
     Returns:
         How many modules were patched now: norms, plus decoder layers with ``fuse_residual``

@@ -109,7 +109,8 @@ def build_llama(
     if norm in ("triton", "triton_fused"):
         from ...integrations.transformers import patch
 
-        patch(lm, fuse_residual=norm == "triton_fused")
+        # Not patch's global Inductor pass: model.inductor_fusion puts it in this run's compile.
+        patch(lm, fuse_residual=norm == "triton_fused", inductor_fusion=False)
     elif norm != "hf":
         _swap_norms(lm, factory, float(eps))
     return CausalLM(lm)
