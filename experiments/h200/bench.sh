@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark against every peer (quack included), then the Llama comparison. quack's cu13 library
 # wheel (92 MB) exceeds what one device call carries: suite.sh (the previous call) left its first
-# half and the small cutlass wheels in /root/wq1; this call brings the second half in .wq2/.
+# half in /root/wq1; this call brings the second half and the small cutlass wheels in .wq2/.
 #   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
 # AFTER=probes runs the shared eager probes at both widths (Liger beside us) after the benchmark
 # instead of the Llama experiment sweep (AFTER=llama, the default). T39=1 runs everything under
@@ -14,7 +14,7 @@ wheels=/tmp/wheels && mkdir -p $wheels
 if [ -f /root/wq1/cu13.part.aa ] && [ -f .wq2/cu13.part.ab ]; then
   cat /root/wq1/cu13.part.aa .wq2/cu13.part.ab \
     > $wheels/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
-  cp /root/wq1/*.whl $wheels/
+  cp .wq2/*.whl $wheels/
 else
   echo "quack's libraries missing (/root/wq1 or .wq2): quack will show as not installed"
 fi

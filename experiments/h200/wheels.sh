@@ -2,9 +2,10 @@
 # Rebuild, on this (networked) machine, the git-ignored wheel folders the device scripts carry:
 #   .whl/   what the H200 image lacks: hydra-core, omegaconf, antlr4 (built here: sdist only),
 #           tbparse, the Hydra launchers and their deps, liger-kernel        (~2 MB)
-#   .wq1/   quack-kernels, nvidia-cutlass-dsl + -libs-base/-core, apache-tvm-ffi, torch-c-dlpack-ext
-#           and the first half of nvidia-cutlass-dsl-libs-cu13 (cu13.part.aa)  (~50 MB)
-#   .wq2/   its second half (cu13.part.ab): the 92 MB wheel is over one call's 64 MiB
+#   .wq1/   the first half of nvidia-cutlass-dsl-libs-cu13 (cu13.part.aa)  (50 MB): the 92 MB wheel
+#           is over one call's 64 MiB, which also counts the working tree (~12 MB)
+#   .wq2/   its second half (cu13.part.ab) and quack-kernels, nvidia-cutlass-dsl + -libs-base/-core,
+#           apache-tvm-ffi, torch-c-dlpack-ext (~52 MB)
 #   .t39a/ .t39b/  with T39=1: a slimmed Triton 3.9 in two xz parts (../kernel_perf/triton39.sh)
 # The image runs CPython 3.12 on x86_64. Versions are the ones every recorded run used.
 #   [T39=1] bash experiments/h200/wheels.sh
@@ -18,7 +19,7 @@ $pip download -q --no-deps -d .whl hydra-core==1.3.8 omegaconf==2.3.1 tbparse==0
   joblib==1.6.0 cloudpickle==3.1.3
 $pip wheel -q --no-deps -w .whl antlr4-python3-runtime==4.9.3
 # shellcheck disable=SC2086
-$pip download -q $py -d .wq1 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
+$pip download -q $py -d .wq2 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
   nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 apache-tvm-ffi \
   torch-c-dlpack-ext
 # shellcheck disable=SC2086
