@@ -4,7 +4,7 @@
 # half in /root/wq1; this call brings the second half and the small cutlass wheels in .wq2/.
 #   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
 # AFTER=probes runs the shared eager probes at both widths (Liger beside us) after the benchmark
-# instead of the Llama experiment sweep (AFTER=llama, the default). T39=1 runs everything under
+# instead of the Llama experiment sweep (AFTER=llama, the default); AFTER=none: the bench only. T39=1 runs everything under
 # the carried Triton 3.9 (thread-block clusters), staged by stage.sh in /root/t39a and /root/t39b.
 set -u
 out=${1:?usage: bench.sh OUTDIR}
@@ -31,6 +31,7 @@ t0=$SECONDS
 timeout "$bench_s" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" > "$out/bench.log" 2>&1
 echo "bench rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 tail -80 "$out/bench.log"
+[ "${AFTER:-llama}" = none ] && exit 0
 if [ "${AFTER:-llama}" = probes ]; then
   for w in "4096 4 2 4096" "2048 8 8 2048"; do
     set -- $w

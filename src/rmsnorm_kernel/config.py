@@ -164,6 +164,12 @@ TMA_MIN_M = 4096
 #: A descriptor's box holds at most this many values per dimension (cuTensorMapEncodeTiled), so a
 #: row is viewed as (N / TMA_CHUNK, TMA_CHUNK) when wider.
 TMA_CHUNK = 256
+#: Fewest bytes in one tensor's tile (rows x N values) of a pipelined (stages > 1) TMA backward.
+#: Smaller tiles fault with "misaligned address" on the H200 under Triton 3.6: 14 of 312 explicit
+#: configs did, every one a 32- or 64-byte tile at 3 stages; none from 128 bytes, none at one
+#: stage (experiments/h200/tma_hunt.py, 2026-12-01). The heuristic's TMA widths (512 columns and
+#: up) never come near it; explicit configs under it are refused by name.
+TMA_PIPELINED_MIN_BYTES = 128
 
 #: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
 ROW_DOT_BLOCK = 8192

@@ -26,6 +26,7 @@ from .config import (
     SUM_BLOCK_N,
     TMA_CHUNK,
     TMA_MIN_M,
+    TMA_PIPELINED_MIN_BYTES,
     BackwardConfig,
     ForwardConfig,
     backward_config,
@@ -304,6 +305,14 @@ def launch_backward(
                 "16-byte aligned data and row strides, rows not overlapping (got x "
                 f"{x2.dtype} stride {sx}, dy {dy2.dtype} stride {sdy}, dx {dx.dtype})"
             )
+        if config.tma and config.stages > 1:
+            tile = config.rows * n * min(x2.element_size(), dy2.element_size(), dx.element_size())
+            if tile < TMA_PIPELINED_MIN_BYTES:
+                raise ContractValueError(
+                    f"BackwardConfig.tma with stages > 1 needs tiles of at least "
+                    f"{TMA_PIPELINED_MIN_BYTES} bytes per tensor, rows * N * itemsize (got "
+                    f"stages={config.stages}, rows={config.rows}, N={n}: {tile} bytes)"
+                )
     block, one_tile, groups, tree = config.block, config.one_tile, config.groups, config.tree
     tiles = config.tiles_for(n)
     dw_acc = torch.float64 if config.dw_float64 or acc == torch.float64 else torch.float32

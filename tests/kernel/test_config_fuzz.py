@@ -68,6 +68,7 @@ def _warps(draw, values: int) -> int:
 @st.composite
 def backward_cases(draw):
     m = draw(st.integers(1, MAX_M))
+    dtype = draw(st.sampled_from(DTYPES))
     # Tensor descriptors (a third of the draws): whole rows of exactly block columns, a power of
     # two from 16, one CTA, programs owning whole tiles.
     tma = draw(st.sampled_from([False, False, True]))
@@ -88,10 +89,13 @@ def backward_cases(draw):
     ctas = 1 if tree or tma else draw(st.sampled_from(CTAS))
     if tma:
         rows_per_program = -(-rows_per_program // rows) * rows
+    # Pipelining: within SMEM, and for TMA tiles of the bytes it needs (config.py says why).
+    tma_ok = not tma or rows * n * dtype.itemsize >= config.TMA_PIPELINED_MIN_BYTES
+    stages = [s for s in (1, 2, 3) if s == 1 or (tma_ok and s * 12 * rows * block <= SMEM)]
     return dict(
         m=m,
         n=n,
-        dtype=draw(st.sampled_from(DTYPES)),
+        dtype=dtype,
         weight=draw(st.sampled_from(["none", "plain", "llama"])),
         dh=draw(st.booleans()),
         cfg=config.BackwardConfig(
@@ -102,9 +106,7 @@ def backward_cases(draw):
             num_warps=_warps(draw, rows * block),
             tree=tree,
             dw_float64=draw(st.booleans()),
-            stages=draw(
-                st.sampled_from([s for s in (1, 2, 3) if s == 1 or s * 12 * rows * block <= SMEM])
-            ),
+            stages=draw(st.sampled_from(stages)),
             fanout=draw(st.sampled_from([2, 3, 8])),
             rows=rows,
             ctas=ctas,

@@ -127,6 +127,27 @@ def test_tma_config_rules_are_named(change, message):
         ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
 
 
+def test_pipelined_tma_refuses_tiles_under_128_bytes(monkeypatch):
+    """16 float16 columns a tile (32 bytes): on the H200 three stages faulted ("misaligned
+    address", experiments/h200/tma_hunt.py); refused by name before a launch. One stage runs."""
+    m, n = 8, 16
+    x, dy, w = _inputs(m, n, torch.float16)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    launched = []
+    with monkeypatch.context() as patched:
+        patched.setattr(ops.BACKWARD_TMA, "launch", lambda *a, **k: launched.append(a))
+        with pytest.raises(ContractValueError, match=r"stages > 1 needs tiles of at least 128"):
+            cfg = _tma_config(m, n, 2, 1, stages=3)
+            ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+    assert not launched
+    dx, dw = ops.launch_backward(
+        dy, x, w, rstd, 0.0, None, x.dtype, config=_tma_config(m, n, 2, 1, stages=1)
+    )
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    assert_close(dx, dx_ref, torch.float16, "dx")
+    assert_close(dw, dw_ref, torch.float16, "dweight")
+
+
 def test_tma_refuses_misaligned_rows_before_any_output(monkeypatch):
     """x one element into its storage: not 16-byte aligned. Refused by name before a launch."""
     m, n = 8, 64
