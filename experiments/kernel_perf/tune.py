@@ -38,6 +38,7 @@ Parts:
          131072 rows (TMA_PKG).
 - tmasweep: the package's TMA backward at widths BWD_TMA does not take yet (TMA_SWEEP): rows x
          stages x warps x programs per SM beside the default.
+- tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
 - ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
 - ctaspkg: the heuristics' cluster configs (FWD_CLUSTERS, BWD_CLUSTERS) against the one-CTA
          configs they replace (needs Triton >= 3.8; CTAS_PKG_*).
@@ -787,21 +788,50 @@ TMA_PKG = [
 ]
 
 
+def _tma_against_pointer(rows, part, shapes, plans):
+    """For each (M, N, dtype): the TMA backward with ``plans[(N, itemsize)]`` against the
+    pointer heuristic, backward alone in graph mode."""
+    for m, n, dtype in shapes:
+        inputs = _bwd_inputs(m, n, dtype)
+        s = dtype.itemsize
+        variants = {
+            "pointer": backward_config(m, n, 0, itemsize=s),
+            "tma": config._tma_backward_config(m, n, 0, plans[(n, s)], None),
+        }
+        for name, cfg in variants.items():
+            _bwd_record(rows, part, m, n, f"{name} {dtype}", cfg, inputs)
+        inputs = None
+
+
 def part_tmapkg(rows):
     """The package's backward heuristic with the TMA kernel (``backward_config(..., tma=True)``,
     whatever TMA_MIN_M says) against the same heuristic without it, backward alone in graph mode,
     from 4096 rows up: where TMA_MIN_M should sit."""
-    for m, n, dtype in TMA_PKG:
-        inputs = _bwd_inputs(m, n, dtype)
-        s = dtype.itemsize
-        tma_plan = config.BWD_TMA[(n, s)]
-        variants = {
-            "pointer": backward_config(m, n, 0, itemsize=s),
-            "tma": config._tma_backward_config(m, n, 0, tma_plan, None),
-        }
-        for name, cfg in variants.items():
-            _bwd_record(rows, "tmapkg", m, n, f"{name} {dtype}", cfg, inputs)
-        inputs = None
+    _tma_against_pointer(rows, "tmapkg", TMA_PKG, config.BWD_TMA)
+
+
+#: Part tmacand: the best plan (rows per step, programs per SM, stages, warps) of each width part
+#: tmasweep gained on (H200, 2026-12-01, experiments/kernel_perf/results/h200_2026-12-01):
+#: 8192 bf16 110.6 vs 119.5 us, 1024 fp32 207.6 vs 222.1, 4096 bf16 111.7 vs 114.4 (the seventh
+#: session's sweep had it as noise), 512 fp32 213.8 vs 217.3; each at one M only.
+TMA_CAND = {
+    (8192, 2): (1, 1, 3, 8),
+    (1024, 4): (1, 2, 4, 4),
+    (4096, 2): (1, 1, 4, 4),
+    (512, 4): (1, 4, 4, 4),
+}
+TMA_CAND_SHAPES = [
+    (m, n, torch.bfloat16 if s == 2 else torch.float32)
+    for n, s in TMA_CAND
+    for m in (4096, 8192, 16384, 32768, 65536, 131072)
+    if m * n <= 1 << 27
+]
+
+
+def part_tmacand(rows):
+    """TMA_CAND's plans against the pointer heuristic over M (as tmapkg does for BWD_TMA): the
+    check before a plan joins BWD_TMA."""
+    _tma_against_pointer(rows, "tmacand", TMA_CAND_SHAPES, TMA_CAND)
 
 
 #: Shapes of part ctaspkg: the cluster widths of the heuristics (FWD_CLUSTERS, BWD_CLUSTERS) at
