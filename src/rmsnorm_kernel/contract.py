@@ -95,6 +95,12 @@ _DTYPE_SET = frozenset(SUPPORTED_DTYPES)
 _COMPILED = BACKEND == "cuda"
 
 
+#: Residual dtypes beside x's that the kernels take: one 16-bit and one float32 (the float32
+#: residual stream of mixed precision training). ``x + residual`` is then float32, which the
+#: kernels compute exactly as the add does (both convert exactly into float32).
+_MIXED_RESIDUAL = [{torch.float16, torch.float32}, {torch.bfloat16, torch.float32}]
+
+
 def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
     """True for the common valid call, decided with a few cheap attribute reads: a supported
     tensor on the kernels' device, a matching weight or none, float eps > 0, float offset, a
@@ -200,9 +206,11 @@ def check_contract(
             raise ContractValueError(
                 f"residual must have x's shape {tuple(x.shape)} (got {tuple(residual.shape)})"
             )
-        if residual.dtype != x.dtype:
+        if residual.dtype != x.dtype and {x.dtype, residual.dtype} not in _MIXED_RESIDUAL:
             raise ContractTypeError(
-                f"residual must have x's dtype {x.dtype} (got {residual.dtype})"
+                f"residual must have x's dtype {x.dtype}, or be float32 beside a float16 / "
+                "bfloat16 x or float16 / bfloat16 beside a float32 x (x + residual is then "
+                f"float32) (got {residual.dtype})"
             )
         if residual.device != x.device:
             raise ContractValueError(

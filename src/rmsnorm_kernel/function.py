@@ -215,7 +215,10 @@ def rmsnorm(
         weight: ``(N,)`` or ``None``; any of those dtypes, any stride (a view is read in place).
         eps: > 0; ``None`` means ``torch.finfo(x.dtype).eps`` (as ``torch.nn.RMSNorm``).
         offset: scale by ``offset + weight`` (Gemma uses 1.0).
-        residual: if given, normalise ``x + residual`` and also return it.
+        residual: if given, normalise ``h = x + residual`` and also return h. Of x's dtype,
+            or float32 beside a float16 / bfloat16 x (or 16-bit beside a float32 x): h is then
+            float32, as ``x + residual`` is, and y is what ``rmsnorm(h, ...)`` returns; each
+            input's gradient comes in its own dtype.
         rounding: ``"torch"`` (``F.rms_norm``: ``x * r * w`` in float32, rounded once to
             ``x.dtype``) or ``"llama"`` (Hugging Face's ``LlamaRMSNorm``: ``x * r`` rounded to
             ``x.dtype``, then times ``w`` in ``promote_types(w.dtype, x.dtype)``, the output
@@ -229,8 +232,15 @@ def rmsnorm(
     """
     if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
-        eps = torch.finfo(x.dtype).eps
+        dtype = x.dtype  # the normalised tensor's: x, or x + residual
+        if isinstance(residual, torch.Tensor) and residual.dtype.is_floating_point:
+            dtype = torch.promote_types(dtype, residual.dtype)
+        eps = torch.finfo(dtype).eps
     check_contract(x, weight, eps, offset=offset, residual=residual, rounding=rounding)
+    if residual is not None and residual.dtype != x.dtype and residual.dtype == torch.float32:
+        # h = x + residual is float32: the kernels store h in their x's dtype, so the float32
+        # operand goes in as x (the add commutes bit for bit; both get the same gradient).
+        x, residual = residual, x
     llama = rounding == "llama"
     if torch.compiler.is_compiling():
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
