@@ -93,3 +93,30 @@ def test_add_norm_follows_the_layers_rule(norm_cls, centre, x_dtype, res_dtype, 
         assert exact >= 0.99, f"only {exact:.4f} of the outputs are bitwise equal"
         ulp = {F16: 2**-10, BF16: 2**-7}[h.dtype]
         torch.testing.assert_close(y, y_ref, atol=0, rtol=ulp)
+
+
+@pytest.mark.parametrize("norm_cls, centre", [(LlamaRMSNorm, 1.0), (GemmaRMSNorm, 0.0)])
+def test_add_norm_gradients_on_the_float32_stream(norm_cls, centre, device):
+    """Autocast's pair (a half block output onto the float32 residual stream) goes into the
+    kernel as it is, without an upcast copy: the gradients still match the layer's own add and
+    norm, each in its input's dtype."""
+    torch.manual_seed(0)
+    norm = norm_cls(64, eps=1e-6).to(device=device)
+    with torch.no_grad():
+        norm.weight.normal_(centre, 0.5)
+    x = (torch.randn(32, 64, device=device) * 3).to(F16).requires_grad_()
+    residual = (torch.randn(32, 64, device=device) * 3).requires_grad_()
+    dy, dh = torch.randn(32, 64, device=device), torch.randn(32, 64, device=device)
+    h_ref = residual + x
+    torch.autograd.backward([norm(h_ref), h_ref], [dy, dh])
+    want = [t.grad.clone() for t in (x, residual, norm.weight)]
+    for t in (x, residual, norm.weight):
+        t.grad = None
+    patch(norm)
+    y, h = add_norm(norm, x, residual)
+    torch.autograd.backward([y, h], [dy, dh])
+    got = [x.grad, residual.grad, norm.weight.grad]
+    for g, w, what in zip(got, want, ("x", "residual", "weight"), strict=True):
+        assert g.dtype == w.dtype, what
+        tol = {"atol": 1e-3, "rtol": 1e-3} if g.dtype == F16 else {"atol": 1e-4, "rtol": 1e-4}
+        torch.testing.assert_close(g, w, **tol, msg=lambda m, n=what: f"d{n}: {m}")

@@ -62,7 +62,9 @@ def add_norm(norm: nn.Module, x: torch.Tensor, residual: torch.Tensor):
     if dtype == torch.float64:
         h = residual + x  # both rules normalise float64 in float32: no single pass to fuse
         return norm(h), h
-    x, residual = x.to(dtype), residual.to(dtype)  # the exact upcast torch's add does
+    if dtype not in (x.dtype, residual.dtype):  # bfloat16 + float16: neither holds the sum
+        x, residual = x.to(dtype), residual.to(dtype)  # the exact upcast torch's add does
+    # (a 16-bit x beside the float32 residual stream goes in as it is: the kernel upcasts it)
     weight = norm.weight
     rule = type(norm)._rmsnorm_kernel_rule
     if rule == "gemma":  # (h * r * (1 + weight)) in float32, rounded once: the kernel's rule
