@@ -12,10 +12,14 @@ kernels, each a full extra pass over an activation:
   ``dx = rmsnorm_bwd(dy, ...)[0]; g2 = dx + g``. Rewritten to ``rmsnorm_bwd(dy, dh=g, ...)``:
   the kernel adds g to dx in float32 before its one rounding.
 
-Both rewrites keep every value (the first bit for bit; the second rounds once where the graph
-rounded twice) and change nothing else in the graph. They apply only where shapes and devices
-of both operands match the result (no broadcast, no ``alpha``), the dtypes as said (the
-backward: all equal), and the order of the graph allows it.
+With ``gemm_sums=True`` (opt-in until measured on a GPU) a third rewrite folds the sum of
+GEMM outputs that forms a norm backward's ``dy`` (the q / k / v projections' input gradients)
+into GEMM epilogues (:mod:`.inductor_gemm_sums`).
+
+The first two rewrites keep every value (the first bit for bit; the second rounds once where
+the graph rounded twice) and change nothing else in the graph. They apply only where shapes
+and devices of both operands match the result (no broadcast, no ``alpha``), the dtypes as said
+(the backward: all equal), and the order of the graph allows it.
 
 :func:`enable` installs the pass as Inductor's ``post_grad_custom_post_pass`` (a global
 Inductor setting: one that was set already is kept and runs first); :func:`disable` restores
@@ -35,14 +39,17 @@ from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
-from . import function  # noqa: F401  (registers the ops this pass rewrites)
+from . import (
+    function,  # noqa: F401  (registers the ops this pass rewrites)
+    inductor_gemm_sums,
+)
 
 __all__ = ["REWRITES", "RMSNormFusionPass", "disable", "enable", "enabled", "fuse_graph"]
 
 log = logging.getLogger("rmsnorm_kernel")
 
 #: Rewrites made since import (or the last ``reset``), per kind; tests read it.
-REWRITES = {"forward_residual": 0, "backward_accumulate": 0}
+REWRITES = {"forward_residual": 0, "backward_accumulate": 0, "backward_gemm_sum": 0}
 
 _FWD = torch.ops.rmsnorm_kernel.rmsnorm_fwd.default
 _BWD = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
@@ -214,15 +221,17 @@ def _fuse_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     return True
 
 
-def fuse_graph(graph: torch.fx.Graph) -> dict[str, int]:
-    """Apply both rewrites to a post-grad FX graph in place; returns how many of each."""
-    done = {"forward_residual": 0, "backward_accumulate": 0}
+def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, int]:
+    """Apply the rewrites to a post-grad FX graph in place; returns how many of each."""
+    done = dict.fromkeys(REWRITES, 0)
     # A rewrite erases only its own call, an add and getitems, never a later norm call.
     for node in list(graph.nodes):
         if node.target is _FWD and _fuse_forward(graph, node):
             done["forward_residual"] += 1
         elif node.target is _BWD and _fuse_backward(graph, node):
             done["backward_accumulate"] += 1
+    if gemm_sums:
+        done["backward_gemm_sum"] = inductor_gemm_sums.fold_gemm_sums(graph, _BWD)
     for kind, n in done.items():
         REWRITES[kind] += n
     if any(done.values()):
@@ -232,11 +241,15 @@ def fuse_graph(graph: torch.fx.Graph) -> dict[str, int]:
 
 class RMSNormFusionPass(CustomGraphPass):
     """Inductor's post-grad custom pass: runs ``previous`` (what was set before: one pass, a
-    list of passes, or None), then :func:`fuse_graph`. Its ``uuid`` keys Inductor's cache on this
-    file's contents and the previous passes' own uuids."""
+    list of passes, or None), then :func:`fuse_graph` (``gemm_sums``: its third rewrite too).
+    Its ``uuid`` keys Inductor's cache on the rewrites' sources, ``gemm_sums`` and the previous
+    passes' own uuids."""
 
-    def __init__(self, previous=None) -> None:
+    def __init__(self, previous=None, *, gemm_sums: bool = False) -> None:
+        if not isinstance(gemm_sums, bool):
+            raise TypeError(f"gemm_sums must be True or False (got {gemm_sums!r})")
         self.previous = previous
+        self.gemm_sums = gemm_sums
 
     def _before(self) -> tuple:
         if self.previous is None:
@@ -248,10 +261,11 @@ class RMSNormFusionPass(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         for earlier in self._before():
             earlier(graph)
-        fuse_graph(graph)
+        fuse_graph(graph, gemm_sums=self.gemm_sums)
 
     def uuid(self):
-        parts = [get_hash_for_files((__file__,)).hex()]
+        files = (__file__, inductor_gemm_sums.__file__)
+        parts = [get_hash_for_files(files).hex(), f"gemm_sums={self.gemm_sums}"]
         for earlier in self._before():
             theirs = earlier.uuid() if hasattr(earlier, "uuid") else None
             if theirs is None:

@@ -41,7 +41,11 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
     # q/k norms and gemma3's norms of block outputs are not), every one but the first reads a
     # residual sum, and every one but the last (its input has no other user) has its gradient
     # accumulated with the stream's.
-    assert done == {"forward_residual": 2 * layers, "backward_accumulate": 2 * layers}
+    assert done == {
+        "forward_residual": 2 * layers,
+        "backward_accumulate": 2 * layers,
+        "backward_gemm_sum": 0,
+    }
     eager_logits, eager_grads = _loss_and_grads(model, ids)
     tol = {"rtol": 1e-4, "atol": 1e-5}
     torch.testing.assert_close(logits, eager_logits, **tol)
@@ -69,3 +73,25 @@ def test_patch_switches_must_be_booleans(switch, fresh_inductor):
         patch(model, **{switch: "yes"})
     assert not any("Kernel" in type(m).__name__ for m in model.modules()), "nothing changed"
     assert inductor_config.post_grad_custom_post_pass is None
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])
+def test_gemm_sums_fold_the_projections_input_gradients(device, fresh_inductor, family):
+    """``RMSNormFusionPass(gemm_sums=True)``: in every decoder layer the q / k / v projections'
+    input gradients (two additions) and gate / up's (one) become addmm chains into the norms'
+    dy; the compiled model still computes what the eager patched model does."""
+    model = tiny_model(family).to(device).train()
+    layers = model.config.num_hidden_layers
+    ids = tokens().to(device)
+    patch(model, inductor_fusion=False)
+    before = dict(inductor_fusion.REWRITES)
+    options = {"post_grad_custom_post_pass": inductor_fusion.RMSNormFusionPass(gemm_sums=True)}
+    logits, grads = _loss_and_grads(torch.compile(model, options=options), ids)
+    done = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
+    assert done["backward_gemm_sum"] == 3 * layers, done
+    eager_logits, eager_grads = _loss_and_grads(model, ids)
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(logits, eager_logits, **tol)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, eager_grads[name], **tol, msg=lambda m, n=name: f"{n}: {m}")
+    unpatch(model)

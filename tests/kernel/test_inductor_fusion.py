@@ -61,7 +61,7 @@ def test_forward_residual_add_is_folded_bit_for_bit(device, dtype):
     w = torch.randn(80, device=device, dtype=dtype)
     gm = _trace(fn, a, b, w)
     new, done = _fused(gm)
-    assert done == {"forward_residual": 1, "backward_accumulate": 0}
+    assert done == {"forward_residual": 1, "backward_accumulate": 0, "backward_gemm_sum": 0}
     assert _count(new, ADD) == 0 and _count(new, FWD) == 1
     h = _kernel_sum(a, b)
     y, _, rstd = FWD(h, w, None, 1e-6, 0.0, llama)
@@ -106,7 +106,7 @@ def test_backward_accumulation_is_folded(device):
     dy, g = torch.randn(m, n, device=device), torch.randn(m, n, device=device)
     gm = _trace(fn, dy, g, x, w, rstd)
     new, done = _fused(gm)
-    assert done == {"forward_residual": 0, "backward_accumulate": 1}
+    assert done == {"forward_residual": 0, "backward_accumulate": 1, "backward_gemm_sum": 0}
     assert _count(new, ADD) == 0
     (node,) = [n for n in new.graph.nodes if n.target is BWD]
     assert node.args[1] is not None, "g must reach the kernel as dh"
@@ -167,7 +167,7 @@ def test_what_is_left_alone(device, case):
     else:
         _, _, rstd = FWD(a, w, None, 1e-6, 0.0, False)
         _, done = _fused(_trace(bwd_case, b, b.flip(0), a, w, rstd))
-    assert done == {"forward_residual": 0, "backward_accumulate": 0}
+    assert done == {"forward_residual": 0, "backward_accumulate": 0, "backward_gemm_sum": 0}
 
 
 def test_pass_installs_chains_and_restores(fresh_inductor):

@@ -8,6 +8,8 @@ round), with the Inductor pass of ``rmsnorm_kernel.inductor_fusion`` on and off 
                 what patch(model) does by default, through Inductor's global setting):
                 the residual add and the gradient accumulation folded into our kernels
     ours_fused_fusion  patch(model, fuse_residual=True), compiled with the pass
+    ours_fusion_gemm   the pass with gemm_sums=True too: the q/k/v and gate/up projections'
+                input-gradient sums into the norms' dy become addmm chains
     liger       LigerRMSNorm(casting_mode="llama") with the same weights
 
 The variants share their code, so Dynamo would reuse one variant's compiled graph for the next:
@@ -45,6 +47,7 @@ variants = {
     "ours": {"inductor_fusion": False},
     "ours_fusion": {"inductor_fusion": False, "fusion": True},
     "ours_fused_fusion": {"inductor_fusion": False, "fuse_residual": True, "fusion": True},
+    "ours_fusion_gemm": {"inductor_fusion": False, "fusion": "gemm"},
     "liger": "liger",
 }
 models, rewrites, warm, failed = {}, {}, {}, []
@@ -61,8 +64,10 @@ for name, how in variants.items():
             continue
     elif how is not None:
         how = dict(how)
-        if how.pop("fusion", False):
-            options = {"post_grad_custom_post_pass": inductor_fusion.RMSNormFusionPass()}
+        fusion = how.pop("fusion", False)
+        if fusion:
+            fusion_pass = inductor_fusion.RMSNormFusionPass(gemm_sums=fusion == "gemm")
+            options = {"post_grad_custom_post_pass": fusion_pass}
         patch(m, **how)
     cm = torch.compile(m, options=options)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
