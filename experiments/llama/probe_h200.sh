@@ -28,7 +28,8 @@ if [ "$part" = eager ]; then
 elif [ "$part" = fusion ]; then
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/summary.txt"
   TAIL=12 step pytest "${PYTEST_S:-200}" python3 -m pytest -q -p no:cacheprovider -n 8 -rfE \
-    tests/kernel/test_inductor_fusion.py tests/kernel/test_compile.py \
+    tests/kernel/test_inductor_fusion.py tests/kernel/test_inductor_gemm_sums.py \
+    tests/kernel/test_compile.py tests/kernel/test_mixed_residual.py \
     tests/integrations/test_transformers_inductor_fusion.py tests/experiment/test_compile_run.py \
     tests/integrations/test_transformers_rules.py tests/integrations/test_transformers_fused.py \
     tests/integrations/test_transformers_patch.py
