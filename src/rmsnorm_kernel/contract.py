@@ -98,14 +98,19 @@ _COMPILED = BACKEND == "cuda"
 #: Residual dtypes beside x's that the kernels take: one 16-bit and one float32 (the float32
 #: residual stream of mixed precision training). ``x + residual`` is then float32, which the
 #: kernels compute exactly as the add does (both convert exactly into float32).
-_MIXED_RESIDUAL = [{torch.float16, torch.float32}, {torch.bfloat16, torch.float32}]
+_MIXED_RESIDUAL = frozenset(
+    (a, b)
+    for half in (torch.float16, torch.bfloat16)
+    for a, b in ((half, torch.float32), (torch.float32, half))
+)
 
 
 def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
     """True for the common valid call, decided with a few cheap attribute reads: a supported
     tensor on the kernels' device, a matching weight or none, float eps > 0, float offset, a
-    residual like x or none, either rounding (Llama's with a float64 weight only for float64 x).
-    Anything else (valid or not) goes through the full checks and their messages."""
+    residual like x (or its float32 / 16-bit partner) or none, either rounding (Llama's with a
+    float64 weight only for float64 x). Anything else (valid or not) goes through the full
+    checks and their messages."""
     if (
         type(eps) is not float
         or not 0.0 < eps <= FLOAT32_MAX
@@ -120,7 +125,7 @@ def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
         return False
     if residual is not None and not (
         type(residual) is torch.Tensor
-        and residual.dtype == x.dtype
+        and (residual.dtype == x.dtype or (x.dtype, residual.dtype) in _MIXED_RESIDUAL)
         and residual.shape == x.shape
         and residual.device == x.device
     ):
@@ -206,7 +211,7 @@ def check_contract(
             raise ContractValueError(
                 f"residual must have x's shape {tuple(x.shape)} (got {tuple(residual.shape)})"
             )
-        if residual.dtype != x.dtype and {x.dtype, residual.dtype} not in _MIXED_RESIDUAL:
+        if residual.dtype != x.dtype and (x.dtype, residual.dtype) not in _MIXED_RESIDUAL:
             raise ContractTypeError(
                 f"residual must have x's dtype {x.dtype}, or be float32 beside a float16 / "
                 "bfloat16 x or float16 / bfloat16 beside a float32 x (x + residual is then "
