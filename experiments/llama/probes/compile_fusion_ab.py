@@ -94,7 +94,11 @@ for name, how in variants.items():
     models[name] = (cm, opt)
 
 times = {k: [] for k in models}
-peak = {k: 0.0 for k in models}  # GiB: torch.cuda.max_memory_allocated over a round's steps
+# GiB: torch.cuda.max_memory_allocated over a round's steps (every variant's model and optimizer
+# live at once, so this is theirs together plus the step's peak), and that peak above what was
+# allocated before the variant's steps: the variant's own activations and gradients.
+peak = {k: 0.0 for k in models}
+step_peak = {k: 0.0 for k in models}
 for r in range(rounds + 1):
     for name, (cm, opt) in models.items():
 
@@ -106,6 +110,7 @@ for r in range(rounds + 1):
             return out.loss.detach()
 
         torch.cuda.reset_peak_memory_stats()
+        resident = torch.cuda.memory_allocated()
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -117,11 +122,16 @@ for r in range(rounds + 1):
         if r:
             times[name].append((time.perf_counter() - t) / k)
             peak[name] = max(peak[name], torch.cuda.max_memory_allocated() / 2**30)
+            above = (torch.cuda.max_memory_allocated() - resident) / 2**30
+            step_peak[name] = max(step_peak[name], above)
 print(f"llama hidden {hidden} layers {layers} batch {batch}x{seq} bf16, torch.compile")
 med = {k: statistics.median(v) for k, v in times.items()}
 for name, ts in times.items():
     runs = ", ".join(f"{t * 1e3:.2f}" for t in ts)
-    print(f"{name:18s} step {med[name] * 1e3:8.2f} ms (runs {runs}), peak {peak[name]:.2f} GiB")
+    print(
+        f"{name:18s} step {med[name] * 1e3:8.2f} ms (runs {runs}), peak {peak[name]:.2f} GiB, "
+        f"{step_peak[name]:.2f} above resident"
+    )
 ratio = {k: round(med["hf"] / v, 4) for k, v in med.items()}
 print("speed vs hf (hf step / step):", ratio)
 if out_json:
@@ -134,6 +144,7 @@ if out_json:
                 "median_ms": {k: v * 1e3 for k, v in med.items()},
                 "speed_vs_hf": ratio,
                 "peak_gib": peak,
+                "step_peak_above_resident_gib": step_peak,
                 "rewrites": rewrites,
                 "failed": failed,
                 "first_step_s": warm,
