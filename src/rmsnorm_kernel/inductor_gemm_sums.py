@@ -13,7 +13,8 @@ exact sum).
 Applied only to additions whose one use is a norm backward's ``dy`` (directly, through a
 reshape, or through further such additions), with both addends of the result's shape and dtype,
 one of them a 2-D ``mm`` (through a reshape that only splits its rows) used nowhere else, and
-the other contiguous.
+the other contiguous. Under autocast a cast sits between a bfloat16 product and its float32 sum:
+such graphs are left as they are (an addmm would round the sum to bfloat16).
 """
 
 from __future__ import annotations

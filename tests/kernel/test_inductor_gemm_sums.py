@@ -142,9 +142,11 @@ def test_off_by_default_and_keyed_in_the_uuid():
         fusion.RMSNormFusionPass(gemm_sums=1)
 
 
-def test_compiled_block_with_two_consumers_of_each_norm(device, fresh_inductor):
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_block_with_two_consumers_of_each_norm(device, fresh_inductor, dynamic):
     """Each norm's output feeds two linear layers (as gate and up): under torch.compile with
-    ``gemm_sums=True`` each dy sum is one addmm, and gradients match eager."""
+    ``gemm_sums=True`` each dy sum is one addmm, and gradients match eager (with symbolic
+    sizes too)."""
 
     def block(x, w1, w2, a, b):
         y = rk.rmsnorm(x, w1, 1e-6)
@@ -159,7 +161,7 @@ def test_compiled_block_with_two_consumers_of_each_norm(device, fresh_inductor):
     w2 = torch.randn(64, device=device, requires_grad=True)
     options = {"post_grad_custom_post_pass": fusion.RMSNormFusionPass(gemm_sums=True)}
     before = dict(fusion.REWRITES)
-    out = torch.compile(block, options=options)(x, w1, w2, a, b)
+    out = torch.compile(block, dynamic=dynamic, options=options)(x, w1, w2, a, b)
     out.square().sum().backward()
     assert fusion.REWRITES["backward_gemm_sum"] - before["backward_gemm_sum"] == 2
     got = [t.grad.clone() for t in (x, w1, w2)]
