@@ -25,6 +25,15 @@ def _loss_and_grads(model, ids):
     }
 
 
+def _assert_matches_eager(model, ids, logits, grads):
+    """The compiled run's logits and parameter gradients against the eager patched model's."""
+    eager_logits, eager_grads = _loss_and_grads(model, ids)
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(logits, eager_logits, **tol)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, eager_grads[name], **tol, msg=lambda m, n=name: f"{n}: {m}")
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3"])  # gemma3: norms after blocks too
 def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family):
     model = tiny_model(family).to(device).train()
@@ -46,11 +55,7 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
         "backward_accumulate": 2 * layers,
         "backward_gemm_sum": 0,
     }
-    eager_logits, eager_grads = _loss_and_grads(model, ids)
-    tol = {"rtol": 1e-4, "atol": 1e-5}
-    torch.testing.assert_close(logits, eager_logits, **tol)
-    for name, g in grads.items():
-        torch.testing.assert_close(g, eager_grads[name], **tol, msg=lambda m, n=name: f"{n}: {m}")
+    _assert_matches_eager(model, ids, logits, grads)
     unpatch(model)
 
 
@@ -89,9 +94,5 @@ def test_gemm_sums_fold_the_projections_input_gradients(device, fresh_inductor, 
     logits, grads = _loss_and_grads(torch.compile(model, options=options), ids)
     done = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
     assert done["backward_gemm_sum"] == 3 * layers, done
-    eager_logits, eager_grads = _loss_and_grads(model, ids)
-    tol = {"rtol": 1e-4, "atol": 1e-5}
-    torch.testing.assert_close(logits, eager_logits, **tol)
-    for name, g in grads.items():
-        torch.testing.assert_close(g, eager_grads[name], **tol, msg=lambda m, n=name: f"{n}: {m}")
+    _assert_matches_eager(model, ids, logits, grads)
     unpatch(model)
