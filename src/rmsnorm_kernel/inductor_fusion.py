@@ -7,7 +7,7 @@ kernels, each a full extra pass over an activation:
 - forward, the residual add before the norm: ``h = a + b; y = rmsnorm_fwd(h)``. Rewritten to
   ``y, h = rmsnorm_fwd(a, residual=b)``: one kernel reads a and b and writes h and y. ``b`` may
   be of a narrower dtype that converts exactly into ``a``'s (a bfloat16 block output added to a
-  float32 residual stream under autocast); the public ``rmsnorm`` keeps asking for one dtype.
+  float32 residual stream under autocast), as the public ``rmsnorm(x, residual=r)`` allows.
 - backward, the residual stream's gradient accumulation after the norm's backward:
   ``dx = rmsnorm_bwd(dy, ...)[0]; g2 = dx + g``. Rewritten to ``rmsnorm_bwd(dy, dh=g, ...)``:
   the kernel adds g to dx in float32 before its one rounding.
