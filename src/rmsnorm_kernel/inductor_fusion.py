@@ -37,12 +37,13 @@ import operator
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
-from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import (
     function,  # noqa: F401  (registers the ops this pass rewrites)
     inductor_gemm_sums,
 )
+from .inductor_gemm_sums import _same_shape, _val
 
 __all__ = ["REWRITES", "RMSNormFusionPass", "disable", "enable", "enabled", "fuse_graph"]
 
@@ -80,11 +81,6 @@ def _with(node: torch.fx.Node, op, **changes) -> tuple[tuple, dict]:
     return tuple(args), kwargs
 
 
-def _val(node: object):
-    """The fake tensor Inductor recorded for a node, or None."""
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
 def _residual_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     """``(x, residual)`` if ``node`` is ``x + residual`` (either order) whose result has x's
     dtype, with a residual whose dtype converts into it exactly (bfloat16 or float16 into float32:
@@ -114,11 +110,6 @@ def _plain_add(node: object) -> tuple[torch.fx.Node, torch.fx.Node] | None:
     if pair is None or _val(pair[0]).dtype != _val(pair[1]).dtype:
         return None
     return pair
-
-
-def _same_shape(u: torch.Tensor, v: torch.Tensor) -> bool:
-    """Equal shapes, provably (symbolic sizes under ``dynamic=True`` too; adds no guard)."""
-    return len(u.shape) == len(v.shape) and statically_known_true(sym_eq(u.shape, v.shape))
 
 
 def _getitems(node: torch.fx.Node) -> dict[int, list[torch.fx.Node]] | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 from torch._guards import detect_fake_mode
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 _ADD = torch.ops.aten.add.Tensor
 _MM = torch.ops.aten.mm.default
@@ -31,7 +31,13 @@ _VIEWS = (_RESHAPE, torch.ops.aten.view.default, torch.ops.aten._unsafe_view.def
 
 
 def _val(node: object):
+    """The fake tensor Inductor recorded for a node, or None."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _same_shape(u: torch.Tensor, v: torch.Tensor) -> bool:
+    """Equal shapes, provably (symbolic sizes under ``dynamic=True`` too; adds no guard)."""
+    return len(u.shape) == len(v.shape) and statically_known_true(sym_eq(u.shape, v.shape))
 
 
 def _gemm_behind(node: object) -> tuple[torch.fx.Node, torch.fx.Node | None] | None:
@@ -77,7 +83,7 @@ def _fold(graph: torch.fx.Graph, add: torch.fx.Node) -> int:
     n = product.shape[-1]
     if not (
         c.dtype == product.dtype == out.dtype
-        and c.shape == out.shape
+        and _same_shape(c, out)
         and isinstance(n, int)
         and statically_known_true(c.is_contiguous())
     ):
@@ -89,13 +95,13 @@ def _fold(graph: torch.fx.Graph, add: torch.fx.Node) -> int:
     with fake_mode:
         c2_val = c.reshape(-1, n)
         sum_val = torch.ops.aten.addmm(c2_val, _val(a), _val(b))
-        out_val = sum_val.reshape(out.shape)
     with graph.inserting_before(add):
         c2 = graph.call_function(_RESHAPE, (other, [-1, n]))
-        summed = graph.call_function(_ADDMM, (c2, a, b))
-        result = graph.call_function(_RESHAPE, (summed, list(view.args[1]) if view else [-1, n]))
-    for node, val in ((c2, c2_val), (summed, sum_val), (result, out_val)):
-        node.meta["val"] = val
+        result = summed = graph.call_function(_ADDMM, (c2, a, b))
+        if view is not None:  # back to the sum's shape, as the product's reshape gave it
+            result = graph.call_function(_RESHAPE, (summed, view.args[1]))
+            result.meta["val"] = out
+    c2.meta["val"], summed.meta["val"] = c2_val, sum_val
     add.replace_all_uses_with(result)
     graph.erase_node(add)
     if view is not None:
