@@ -158,7 +158,20 @@ SMALL_PIPELINE_MIN_BLOCK = 1024
 #: 14.2 / 22.3 / 36.5 / 63.8 / 112.7 / 211.4 vs 22.6 / 30.2 / 44.2 / 72.9 / 126.9 / 234.1;
 #: float32 4096 columns (to 32768 rows) 57.7 / 109.6 / 208.5 / 413.0 vs 61.5 / 111.4 / 214.2 /
 #: 412.2 (equal at 32768). Triton 3.9: the same within 1-8%. The sum finish, as measured.
-BWD_TMA = {(512, 2): (4, 2, 4, 4), (1024, 2): (2, 2, 4, 4), (4096, 4): (1, 1, 3, 8)}
+#: Joined 2026-12-01 (tune.py parts tmasweep, then tmacand over M, experiments/kernel_perf/
+#: results/h200_2026-12-01; kept only where TMA won at every M): float32 1024 columns, 4096 to
+#: 131072 rows, 26.2 / 35.5 / 62.0 / 110.9 / 207.2 / 402.1 us vs 30.2 / 43.2 / 68.8 / 117.4 /
+#: 222.1 / 418.8; bf16 4096 columns, 4096 to 32768 rows, 34.3 / 61.0 / 112.6 / 213.9 vs 36.7 /
+#: 61.5 / 114.3 / 216.5; bf16 8192 columns, 4096 to 16384 rows, 59.6 / 110.7 / 211.1 vs 64.4 /
+#: 116.7 / 224.0. Not float32 512 columns (0.74-0.97x below 131072 rows).
+BWD_TMA = {
+    (512, 2): (4, 2, 4, 4),
+    (1024, 2): (2, 2, 4, 4),
+    (4096, 4): (1, 1, 3, 8),
+    (1024, 4): (1, 2, 4, 4),
+    (4096, 2): (1, 1, 4, 4),
+    (8192, 2): (1, 1, 3, 8),
+}
 #: Fewest rows for the TMA backward: the smallest M it was measured at.
 TMA_MIN_M = 4096
 #: A descriptor's box holds at most this many values per dimension (cuTensorMapEncodeTiled), so a

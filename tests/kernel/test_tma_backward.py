@@ -190,7 +190,14 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
 
 @gpu
 @pytest.mark.parametrize(
-    ("m", "n", "dtype"), [(65536, 1024, torch.bfloat16), (16384, 4096, torch.float32)]
+    ("m", "n", "dtype"),
+    [
+        (65536, 1024, torch.bfloat16),
+        (16384, 4096, torch.float32),
+        (16384, 1024, torch.float32),
+        (8192, 4096, torch.bfloat16),
+        (4096, 8192, torch.bfloat16),
+    ],
 )
 def test_hopper_heuristic_runs_tma_and_matches_oracle(m, n, dtype):
     """On a GPU with TMA the measured shapes take the descriptor kernel; elsewhere the pointer
