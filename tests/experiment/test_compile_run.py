@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from experiment_helpers import tiny_llama
+from experiment_helpers import compose_cfg, tiny_llama
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from torch._inductor import config as inductor_config
@@ -68,3 +68,25 @@ def test_compile_switches_are_checked_first(overrides, message, tmp_path):
     with pytest.raises(Exception, match=message.split("=")[0]):
         instantiate(cfg.model)  # built directly, the module says the same
     assert not (tmp_path / "bad").exists()
+
+
+def test_every_run_of_a_sweep_compiles_alike(tmp_path):
+    """Runs in one process (a Hydra multirun) build their nets from one class, so their graphs
+    shared one Dynamo cache list: from the third compiled run, Dynamo's recompile limit sent runs
+    back to eager without an error. Each compiled run starts from an empty cache now: every run
+    leaves the same number of compiled graphs, none near the limit."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from rmsnorm_kernel.experiment.mlp.net import MLP
+
+    limit = torch._dynamo.config.recompile_limit
+    graphs = []
+    for i, norm in enumerate(("torch", "reference", "torch", "reference")):
+        cfg = compose_cfg(
+            [f"norm={norm}", "model.compile=true", "~logger", "trainer.max_steps=3"],
+            tmp_path / str(i),
+        )
+        train(cfg)
+        graphs.append(len(_debug_get_cache_entry_list(MLP.forward.__code__)))
+    assert graphs[0] > 0, "the net ran compiled"
+    assert graphs == [graphs[0]] * 4 and graphs[0] < limit, graphs

@@ -7,6 +7,7 @@ the first-batch probe's) and how a batch adds to the split-wide metric
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import lightning as L
@@ -15,10 +16,22 @@ from torch import nn
 
 from .settings import check_compile_switches
 
+log = logging.getLogger(__name__)
+
 
 def _compiled(net: nn.Module, inductor_fusion: bool) -> Callable:
     """``torch.compile(net)``, with the norm-fusion pass in this compile's own options if asked
-    (not Inductor's global setting: other compiles in the process stay as they are)."""
+    (not Inductor's global setting: other compiles in the process stay as they are).
+
+    Dynamo's cache is emptied first: every run of a Hydra multirun builds its net from the same
+    class, so all their graphs land in one cache entry list (the class's ``forward``), about
+    three per run (train, eval, the last short batch). From the third run Dynamo's recompile
+    limit (8) sent later runs back to eager without an error (a compiled sweep on the H200,
+    2026-12-01; ``tests/experiment/test_compile_run.py``). Each compiled run now starts from an
+    empty cache, so every branch of a sweep compiles alike.
+    """
+    log.info("model.compile: torch._dynamo.reset(), so this run compiles from an empty cache")
+    torch._dynamo.reset()
     options = None
     if inductor_fusion:
         from rmsnorm_kernel.inductor_fusion import RMSNormFusionPass
