@@ -32,6 +32,8 @@ Parts:
 - coopfwd: the same split rows on a persistent grid launched cooperatively (no program waits
          on one that is not running), SPLIT x warps x programs per SM.
 - persistfwd: a persistent pipelined one-row forward (persistent_forward.py) beside the default.
+- tmafwd: tma_forward.py's persistent descriptor (TMA) forward, rows per tile x stages x warps
+         x programs per SM, beside the default (TMA_FWD shapes).
 - tmabwd: tma_backward.py's descriptor (TMA) backward, rows x warps x stages x programs per SM,
          beside the default (TMA_BWD shapes).
 - tmapkg: the package's TMA backward config (BWD_TMA) against the heuristic without it, 4096 to
@@ -711,6 +713,51 @@ def part_persistfwd(rows):
                 r["error"] = repr(e)[:300]
             rows.append(r)
             print(json.dumps(r), flush=True)
+        x = w = ref = None
+
+
+#: Shapes of part tmafwd: the forward's gap to Liger / quack at common widths (bench
+#: 2026-12-01b: 4096 x 4096 bf16 0.94x, 16384 x 4096 0.96x, 16384 x 4096 fp16 / fp32 0.97x).
+TMA_FWD = [
+    (4096, 4096, torch.bfloat16),
+    (8192, 4096, torch.bfloat16),
+    (16384, 4096, torch.bfloat16),
+    (16384, 2048, torch.bfloat16),
+    (65536, 1024, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (16384, 4096, torch.float32),
+]
+
+
+def part_tmafwd(rows):
+    """Forward in graph mode: the default beside tma_forward.py's persistent descriptor (TMA)
+    loop, rows per tile (2-16 KB tiles) x stages x warps x programs per SM."""
+    import tma_forward
+
+    for m, n, dtype in TMA_FWD:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
+        _fwd_record(rows, "tmafwd", m, n, f"default {dtype}", x, w, None)
+        s = x.element_size()
+        for tile_rows in [r for r in (1, 2, 4, 8) if 2048 <= r * n * s <= 16384]:
+            for stages in (2, 3, 4):
+                for warps in (4, 8):
+                    for per_sm in (1, 2):
+                        name = f"tma {dtype} rows={tile_rows} stages={stages} w={warps}"
+                        r = dict(part="tmafwd", M=m, N=n, variant=f"{name} per_sm={per_sm}")
+                        fn = functools.partial(
+                            tma_forward.launch, x, w, EPS, tile_rows, warps, stages, per_sm
+                        )
+                        try:
+                            r.update(max_err=(fn()[0].float() - ref).abs().max().item())
+                            us = graph_us(fn)
+                            r.update(us=us, GBps=2 * m * n * s / us / 1e3)
+                        except Exception as e:  # noqa: BLE001 - e.g. out of shared memory
+                            r["error"] = repr(e)[:300]
+                        rows.append(r)
+                        print(json.dumps(r), flush=True)
         x = w = ref = None
 
 
