@@ -81,6 +81,8 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
 
 
 def _check_device(x: torch.Tensor) -> None:
+    if x.device.type == "meta":  # shapes only (function._shapes_only): nothing is launched
+        return
     if BACKEND == "cuda" and x.device.type != "cuda":
         raise ContractValueError(
             "x must be on a CUDA device: kernels are compiled for the GPU "
@@ -88,7 +90,7 @@ def _check_device(x: torch.Tensor) -> None:
             "move it with .cuda() or set TRITON_INTERPRET=1 before importing rmsnorm_kernel"
         )
     if x.device.type not in ("cuda", "cpu"):
-        raise ContractValueError(f"x must be on a cpu or cuda device (got {x.device})")
+        raise ContractValueError(f"x must be on a cpu, cuda or meta device (got {x.device})")
 
 
 _DTYPE_SET = frozenset(SUPPORTED_DTYPES)

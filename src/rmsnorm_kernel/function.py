@@ -14,6 +14,7 @@ derivatives in PyTorch ops), which those need.
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import ops, transforms
 from .contract import check_contract
@@ -199,6 +200,12 @@ rmsnorm_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 rmsnorm_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 
+def _shapes_only(x: torch.Tensor) -> bool:
+    """A meta tensor, or a fake one (a ``FakeTensorMode`` outside torch.compile: memory and
+    shape estimators): no data to launch on, so the op's fake implementation answers."""
+    return x.is_meta or isinstance(x, FakeTensor)
+
+
 def rmsnorm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -242,7 +249,7 @@ def rmsnorm(
         # operand goes in as x (the add commutes bit for bit; both get the same gradient).
         x, residual = residual, x
     llama = rounding == "llama"
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _shapes_only(x):
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
             x, weight, residual, float(eps), float(offset), llama
         )

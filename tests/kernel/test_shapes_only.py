@@ -1,0 +1,58 @@
+"""Meta and fake tensors (``FakeTensorMode`` outside torch.compile, as memory and shape
+estimators use it; models built under ``torch.device("meta")``): no kernel runs, and the outputs
+and gradients have exactly the shapes and dtypes a real call gives. Bad input is refused as on a
+real device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import rmsnorm_kernel as rk
+
+CASES = [
+    # (x dtype, weight dtype or None, residual dtype or None, rounding)
+    (torch.float32, torch.float32, None, "torch"),
+    (torch.bfloat16, torch.float32, None, "llama"),
+    (torch.float16, torch.float16, torch.float16, "torch"),
+    (torch.bfloat16, torch.bfloat16, torch.float32, "torch"),
+    (torch.float64, None, None, "torch"),
+]
+
+
+def _call(device, xd, wd, rd, rounding):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, dtype=xd, device=device, requires_grad=True)
+    w = None if wd is None else torch.randn(16, dtype=wd, device=device, requires_grad=True)
+    r = None if rd is None else torch.randn(2, 3, 16, dtype=rd, device=device, requires_grad=True)
+    out = rk.rmsnorm(x, w, 1e-6, residual=r, rounding=rounding)
+    outs = out if isinstance(out, tuple) else (out,)
+    leaves = [t for t in (x, w, r) if t is not None]
+    grads = torch.autograd.grad(sum(o.float().sum() for o in outs), leaves)
+    return [(tuple(t.shape), t.dtype) for t in (*outs, *grads)]
+
+
+@pytest.mark.parametrize(("xd", "wd", "rd", "rounding"), CASES)
+def test_meta_and_fake_match_a_real_call(xd, wd, rd, rounding):
+    real = _call("cpu", xd, wd, rd, rounding)
+    before = dict(rk.CALLS)
+    assert _call("meta", xd, wd, rd, rounding) == real
+    with FakeTensorMode():
+        assert _call("cpu", xd, wd, rd, rounding) == real
+    assert rk.CALLS == before, "no kernel ran for meta or fake tensors"
+
+
+def test_a_model_built_on_meta_runs_on_meta():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), rk.RMSNorm(8, eps=1e-6))
+        y = model(torch.empty(4, 8))
+    assert y.shape == (4, 8) and y.is_meta
+
+
+def test_meta_input_is_still_checked():
+    x = torch.empty(2, 8, device="meta")
+    with pytest.raises(rk.ContractValueError, match="eps must be"):
+        rk.rmsnorm(x, None, -1.0)
+    with pytest.raises(rk.ContractValueError, match="weight must be on x's device"):
+        rk.rmsnorm(x, torch.ones(8), 1e-6)
