@@ -81,7 +81,7 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
 
 
 def _check_device(x: torch.Tensor) -> None:
-    if x.device.type == "meta":  # shapes only (function._shapes_only): nothing is launched
+    if x.device.type == "meta":  # shapes only (function._through_op): nothing is launched
         return
     if BACKEND == "cuda" and x.device.type != "cuda":
         raise ContractValueError(

@@ -200,10 +200,16 @@ rmsnorm_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 rmsnorm_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 
-def _shapes_only(x: torch.Tensor) -> bool:
-    """A meta tensor, or a fake one (a ``FakeTensorMode`` outside torch.compile: memory and
-    shape estimators): no data to launch on, so the op's fake implementation answers."""
-    return x.is_meta or isinstance(x, FakeTensor)
+def _through_op(x: torch.Tensor) -> bool:
+    """Calls that must go through the registered op, not the eager autograd.Function:
+
+    - a meta tensor, or a fake one (a ``FakeTensorMode`` outside torch.compile: memory and shape
+      estimators): no data to launch on, so the op's fake implementation answers;
+    - ``torch.jit.trace``: the tracer records ops at the dispatcher; a kernel launched around it
+      would be recorded as nothing, and the traced module would return this call's output as a
+      constant for every input.
+    """
+    return x.is_meta or isinstance(x, FakeTensor) or torch.jit.is_tracing()
 
 
 def rmsnorm(
@@ -249,7 +255,7 @@ def rmsnorm(
         # operand goes in as x (the add commutes bit for bit; both get the same gradient).
         x, residual = residual, x
     llama = rounding == "llama"
-    if torch.compiler.is_compiling() or _shapes_only(x):
+    if torch.compiler.is_compiling() or _through_op(x):
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
             x, weight, residual, float(eps), float(offset), llama
         )

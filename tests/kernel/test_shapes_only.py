@@ -5,6 +5,8 @@ real device."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -56,3 +58,19 @@ def test_meta_input_is_still_checked():
         rk.rmsnorm(x, None, -1.0)
     with pytest.raises(rk.ContractValueError, match="weight must be on x's device"):
         rk.rmsnorm(x, torch.ones(8), 1e-6)
+
+
+def test_jit_trace_records_the_op_not_a_constant():
+    """``torch.jit.trace`` records dispatcher ops: the norm goes through the registered op, so
+    the traced module computes it for new inputs (other shapes too) instead of replaying the
+    traced call's output, and its backward runs."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), rk.RMSNorm(8, eps=1e-6))
+    with warnings.catch_warnings():  # the contract's Python shape checks: TracerWarnings
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(model, torch.randn(2, 8))
+    assert "rmsnorm_kernel::rmsnorm_fwd" in str(traced.inlined_graph)
+    x = torch.randn(5, 8, requires_grad=True)
+    torch.testing.assert_close(traced(x), model(x), atol=0.0, rtol=0.0)
+    traced(x).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
