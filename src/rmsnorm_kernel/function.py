@@ -205,9 +205,9 @@ def _through_op(x: torch.Tensor) -> bool:
 
     - a meta tensor, or a fake one (a ``FakeTensorMode`` outside torch.compile: memory and shape
       estimators): no data to launch on, so the op's fake implementation answers;
-    - ``torch.jit.trace``: the tracer records ops at the dispatcher; a kernel launched around it
-      would be recorded as nothing, and the traced module would return this call's output as a
-      constant for every input.
+    - ``torch.jit.trace``: the tracer records ops at the dispatcher; a Triton launch is invisible
+      to it, so the traced graph would hold only the outputs' allocations (uninitialised memory
+      for every later input; on CPU the interpreter fails on the traced tensors instead).
     """
     return x.is_meta or isinstance(x, FakeTensor) or torch.jit.is_tracing()
 
