@@ -155,11 +155,44 @@ def _index_scalars_in_the_interpreter() -> bool:
     return True
 
 
+def _bfloat16_to_nearest_in_the_interpreter() -> bool:
+    """Triton's interpreter converts float32 to bfloat16 by dropping the low 16 bits (its casts
+    pass no rounding mode, and even its "RTNE" adds the cut-off bit without carrying into the
+    exponent), while a compiled kernel rounds to nearest, ties to even (``cvt.rn.bf16.f32``), as
+    PyTorch does. Every bfloat16 value our kernels store is such a conversion (y, h, dx, dweight,
+    Llama's intermediate rounding), so on CPU they were up to one ulp off the GPU's and PyTorch's
+    bits. Here the interpreter's conversion rounds float32 to bfloat16 to nearest even (NaN stays
+    NaN, its sign kept); other conversions, and an explicit round-toward-zero, are its own.
+    Returns whether the wrap was installed."""
+    import numpy as np
+    import triton.language as tl
+    import triton.runtime.interpreter as interpreter
+
+    original = getattr(interpreter, "_convert_float", None)
+    if original is None or getattr(original, "_rmsnorm_kernel_rne", False):
+        return False
+    rtz = interpreter._ir.ROUNDING_MODE.RTZ
+
+    def convert(input, input_dtype, output_dtype, rounding_mode):
+        if input_dtype != tl.float32 or output_dtype != tl.bfloat16 or rounding_mode == rtz:
+            return original(input, input_dtype, output_dtype, rounding_mode)
+        bits = np.ascontiguousarray(input, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        nan = (bits & 0x7FFFFFFF) > 0x7F800000
+        quiet = ((bits >> 16) | 0x0040).astype(np.uint16)  # the sign and payload's top, quieted
+        return np.where(nan, quiet, rounded).reshape(np.shape(input))
+
+    convert._rmsnorm_kernel_rne = True
+    interpreter._convert_float = convert
+    return True
+
+
 BACKEND, REASON = _choose()
 logger.info("rmsnorm_kernel backend: %s (%s)", BACKEND, REASON)
 if BACKEND == "interpreter":
     _interpret_triton_language()
     _index_scalars_in_the_interpreter()
+    _bfloat16_to_nearest_in_the_interpreter()
 else:
     _check_compiled_triton_language()
 

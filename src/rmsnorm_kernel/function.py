@@ -17,8 +17,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import ops, transforms
-from .contract import check_contract
+from .contract import SUPPORTED_DTYPES, ContractTypeError, check_contract
 from .double_backward import differentiable_backward, graph_needed
+
+_OUT_DTYPES = frozenset(SUPPORTED_DTYPES)
 
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
 CALLS = {"forward": 0, "backward": 0}
@@ -36,16 +38,18 @@ def reset_calls() -> None:
     CALLS["backward"] = 0
 
 
-def _forward(x, weight, residual, eps, offset, llama=False):
+def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None):
     """``[..., N]`` tensors -> ``(y [..., N], h [..., N] or None, saved, saved_stride, rstd (M,))``.
 
     ``saved`` is the kernel's input (x's rows, or the returned x + residual) and ``saved_stride``
     its row stride: what the backward launch reads. ``llama``: Llama's rounding rule
-    (:func:`ops.output_dtype`).
+    (:func:`ops.output_dtype`). ``out_dtype``: store y in this dtype instead of the rule's (the
+    Inductor pass's cast rewrite; one rounding of the same accumulator values).
     """
     x_rows, sx = ops.rows_of(x, "x")
     res_rows, sr = (None, 0) if residual is None else ops.rows_of(residual, "residual")
-    out_dtype = ops.output_dtype(x, weight, llama)
+    if out_dtype is None:
+        out_dtype = ops.output_dtype(x, weight, llama)
     y, h, rstd = ops.launch_forward(
         x_rows, weight, res_rows, eps, offset, out_dtype, stride_x=sx, stride_res=sr, llama=llama
     )
@@ -124,15 +128,23 @@ def rmsnorm_fwd(
     eps: float,
     offset: float,
     llama: bool = False,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Returns ``(y, h or empty, rstd (M,))``."""
-    y, h, _, _, rstd = _forward(x, weight, residual, eps, offset, llama)
+    """Returns ``(y, h or empty, rstd (M,))``. ``out_dtype`` (None: the rounding rule's dtype)
+    is set only by the Inductor pass, where the rule's dtype is the accumulator's and the graph
+    cast y to a narrower one: the kernel then stores that dtype directly (the same one rounding
+    of the same values)."""
+    if out_dtype is not None and out_dtype not in _OUT_DTYPES:
+        raise ContractTypeError(
+            f"out_dtype must be None or one of {sorted(map(str, _OUT_DTYPES))} (got {out_dtype})"
+        )
+    y, h, _, _, rstd = _forward(x, weight, residual, eps, offset, llama, out_dtype)
     return y, (x.new_empty(0) if h is None else h), rstd
 
 
 @rmsnorm_fwd.register_fake
-def _(x, weight, residual, eps, offset, llama=False):
-    out = ops.output_dtype(x, weight, llama)
+def _(x, weight, residual, eps, offset, llama=False, out_dtype=None):
+    out = ops.output_dtype(x, weight, llama) if out_dtype is None else out_dtype
     m = x.numel() // x.shape[-1]
     y = x.new_empty(x.shape, dtype=out)
     h = x.new_empty(0) if residual is None else x.new_empty(x.shape)
@@ -162,7 +174,7 @@ def _(dy, dh, saved, weight, rstd, offset, llama=False):
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    x, weight, residual, eps, offset, llama = inputs
+    x, weight, residual, eps, offset, llama, _ = inputs
     y, h, rstd = output
     # The kernel's input: x itself, or the returned x + residual (already contiguous).
     saved = x if residual is None else h
@@ -185,7 +197,7 @@ def _fwd_backward(ctx, dy, dh, drstd):
             dy, dh, saved, weight, rstd, ctx.offset, ctx.llama
         )
     dw = dw if weight is not None else None
-    return dx, dw, (dx if ctx.has_residual else None), None, None, None
+    return dx, dw, (dx if ctx.has_residual else None), None, None, None, None
 
 
 def _bwd_setup_context(ctx, inputs, output):

@@ -50,11 +50,19 @@ __all__ = ["REWRITES", "RMSNormFusionPass", "disable", "enable", "enabled", "fus
 log = logging.getLogger("rmsnorm_kernel")
 
 #: Rewrites made since import (or the last ``reset``), per kind; tests read it.
-REWRITES = {"forward_residual": 0, "backward_accumulate": 0, "backward_gemm_sum": 0}
+REWRITES = {
+    "forward_residual": 0,
+    "backward_accumulate": 0,
+    "forward_cast": 0,
+    "backward_cast": 0,
+    "backward_gemm_sum": 0,
+}
 
 _FWD = torch.ops.rmsnorm_kernel.rmsnorm_fwd.default
 _BWD = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
 _ADD = torch.ops.aten.add.Tensor
+_CONVERTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _arguments(node: torch.fx.Node, op) -> dict[str, object]:
@@ -212,6 +220,81 @@ def _fuse_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     return True
 
 
+def _cast_to(node: torch.fx.Node) -> torch.dtype | None:
+    """The dtype ``node`` converts its one tensor input to, if it is a plain dtype conversion
+    (``prims.convert_element_type``, or ``aten._to_copy`` with only a dtype) to a float dtype
+    the kernels store; else None."""
+    if node.op != "call_function" or node.target not in _CONVERTS:
+        return None
+    if node.target is _CONVERTS[0]:
+        dtype = node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
+    else:
+        if len(node.args) != 1 or set(node.kwargs) - {"dtype"}:
+            return None
+        dtype = node.kwargs.get("dtype")
+    return dtype if dtype in _FLOATS else None
+
+
+def _fuse_forward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """``y = rmsnorm_fwd(...)[0]`` used only through conversions to one narrower dtype (the
+    float32 norm output of a float32 residual stream cast to bfloat16 for the next GEMMs under
+    autocast): the kernel stores that dtype itself. Exact where y's own dtype is the kernel's
+    accumulator (y is then the accumulator's values, and the conversion was their one rounding);
+    saves writing y, reading it back and the conversion's kernel."""
+    args = _arguments(node, _FWD)
+    items = _getitems(node)
+    if args["out_dtype"] is not None or items is None or len(items.get(0, [])) != 1:
+        return False
+    y = items[0][0]
+    y_val = _val(y)
+    if not isinstance(y_val, torch.Tensor) or not y.users:
+        return False
+    targets = {_cast_to(u) for u in y.users}
+    if len(targets) != 1 or None in targets:
+        return False
+    target = targets.pop()
+    x_val = _val(args["x"])
+    acc = torch.float64 if x_val.dtype == torch.float64 else torch.float32
+    if y_val.dtype != acc or target.itemsize >= y_val.itemsize:
+        return False
+    args_kwargs = _with(node, _FWD, out_dtype=target)
+    node.args, node.kwargs = args_kwargs
+    new_y = y_val.to(target)
+    y_out, h_out, rstd_out = _val(node)
+    node.meta["val"] = (new_y, h_out, rstd_out)
+    y.meta["val"] = new_y
+    for cast in list(y.users):
+        cast.replace_all_uses_with(y)
+        graph.erase_node(cast)
+    return True
+
+
+def _fuse_backward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """``rmsnorm_bwd(dy=convert(g, float32))`` with g of a narrower float dtype (the gradient of
+    that cast under autocast): the kernel reads g itself (its values convert exactly, and the
+    kernel converts every dy to its accumulator anyway). Saves the conversion's write and read."""
+    args = _arguments(node, _BWD)
+    dy = args["dy"]
+    if not isinstance(dy, torch.fx.Node) or _cast_to(dy) is None:
+        return False
+    g = dy.args[0]
+    if not isinstance(g, torch.fx.Node):
+        return False
+    g_val, dy_val = _val(g), _val(dy)
+    if not (isinstance(g_val, torch.Tensor) and isinstance(dy_val, torch.Tensor)):
+        return False
+    if g_val.dtype not in _FLOATS or g_val.dtype.itemsize >= dy_val.dtype.itemsize:
+        return False
+    if torch.promote_types(g_val.dtype, dy_val.dtype) != dy_val.dtype:  # exact widening only
+        return False
+    if not (_same_shape(g_val, dy_val) and g_val.device == dy_val.device):
+        return False
+    node.args, node.kwargs = _with(node, _BWD, dy=g)
+    if not dy.users:
+        graph.erase_node(dy)
+    return True
+
+
 def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, int]:
     """Apply the rewrites to a post-grad FX graph in place; returns how many of each."""
     done = dict.fromkeys(REWRITES, 0)
@@ -221,6 +304,12 @@ def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, i
             done["forward_residual"] += 1
         elif node.target is _BWD and _fuse_backward(graph, node):
             done["backward_accumulate"] += 1
+    # After them: the residual rewrite replaces norm calls, and this one edits calls in place.
+    for node in list(graph.nodes):
+        if node.target is _FWD and _fuse_forward_cast(graph, node):
+            done["forward_cast"] += 1
+        elif node.target is _BWD and _fuse_backward_cast(graph, node):
+            done["backward_cast"] += 1
     if gemm_sums:
         done["backward_gemm_sum"] = inductor_gemm_sums.fold_gemm_sums(graph, _BWD)
     for kind, n in done.items():

@@ -53,6 +53,8 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
     assert done == {
         "forward_residual": 2 * layers,
         "backward_accumulate": 2 * layers,
+        "forward_cast": 0,  # float32 throughout: no cast after a norm
+        "backward_cast": 0,
         "backward_gemm_sum": 0,
     }
     _assert_matches_eager(model, ids, logits, grads)

@@ -39,8 +39,8 @@ def oracle(x, weight, dy, eps=1e-6, *, offset=0.0, residual=None, dh=None, h_rou
 
     With ``residual``, the kernel normalises ``h = x + residual`` rounded to ``x.dtype`` (what the
     caller receives), and ``dh`` is the upstream gradient of the returned ``h`` (or none).
-    ``h_rounded``: that rounded sum as the kernel returned it (default: PyTorch's rounding; they
-    differ only where Triton's interpreter truncates to bfloat16). ``h``, ``dw`` and ``dres`` are
+    ``h_rounded``: that rounded sum as the kernel returned it (default: PyTorch's rounding, which
+    the kernels' equals). ``h``, ``dw`` and ``dres`` are
     None where they do not exist.
     """
     xd = x.detach().double().requires_grad_()

@@ -142,3 +142,39 @@ def test_interpreter_scalars_index_with_any_numpy():
     handle = interpreter.TensorHandle(np.array([7], dtype=np.int32), tl.int32)
     fake = type("T", (), {"handle": handle})()
     assert scope.__index__(fake) == 7
+
+
+def test_interpreter_rounds_float32_to_bfloat16_to_nearest_even():
+    """Triton's interpreter truncated float32 -> bfloat16 (compiled kernels and PyTorch round to
+    nearest, ties to even): the package wraps its conversion. Random bit patterns and the edge
+    cases (ties, the carry into the exponent, the largest finite values, subnormals, infinities,
+    NaNs) convert exactly as torch converts them; NaN stays NaN; round-toward-zero, asked for
+    explicitly, stays the interpreter's own."""
+    import numpy as np
+
+    import rmsnorm_kernel as rk
+
+    if rk.BACKEND != "interpreter":
+        pytest.skip("the interpreter's conversion only exists in interpreter mode")
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    assert getattr(interpreter._convert_float, "_rmsnorm_kernel_rne", False)
+    edges = [0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x7F7F8000, 0x00008000, 0x00018000]
+    edges += [0x00000001, 0x80000001, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFF800001, 0x80000000]
+    rng = np.random.default_rng(0)
+    bits = np.concatenate([rng.integers(0, 2**32, 199_990, dtype=np.uint64), edges])
+    values = bits.astype(np.uint32).view(np.float32).reshape(-1, 7)
+    got = interpreter._convert_float(values, tl.float32, tl.bfloat16, None)
+    assert got.shape == values.shape and got.dtype == np.uint16
+    want = torch.from_numpy(values.copy()).to(torch.bfloat16).view(torch.int16).numpy()
+    nan = np.isnan(values)
+    np.testing.assert_array_equal(got[~nan], want.view(np.uint16)[~nan])
+    as_bf16 = torch.from_numpy(got.view(np.int16).copy()).view(torch.bfloat16).float()
+    assert torch.isnan(as_bf16[torch.from_numpy(nan)]).all()
+    rtz = interpreter._convert_float(
+        values, tl.float32, tl.bfloat16, interpreter._ir.ROUNDING_MODE.RTZ
+    )
+    normal = np.isfinite(values) & (np.abs(values) >= np.finfo(np.float32).tiny)
+    truncated = (values.view(np.uint32) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(rtz[normal], truncated[normal])

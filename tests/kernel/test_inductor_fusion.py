@@ -39,13 +39,9 @@ def _fused(gm):
     return new, done
 
 
-def _kernel_sum(a, b):
-    """``a + b`` rounded as the kernel rounds it: to nearest, as PyTorch does, except that Triton's
-    CPU interpreter truncates float32 to bfloat16."""
-    if rk.BACKEND == "interpreter" and a.dtype is torch.bfloat16:
-        bits = (a.float() + b.float()).view(torch.int32) & ~0xFFFF
-        return bits.view(torch.float32).to(torch.bfloat16)
-    return a + b
+def _only(**counts):
+    """A ``fuse_graph`` result: these counts, every other kind 0."""
+    return {kind: counts.get(kind, 0) for kind in fusion.REWRITES}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -61,15 +57,14 @@ def test_forward_residual_add_is_folded_bit_for_bit(device, dtype):
     w = torch.randn(80, device=device, dtype=dtype)
     gm = _trace(fn, a, b, w)
     new, done = _fused(gm)
-    assert done == {"forward_residual": 1, "backward_accumulate": 0, "backward_gemm_sum": 0}
+    assert done == _only(forward_residual=1)
     assert _count(new, ADD) == 0 and _count(new, FWD) == 1
-    h = _kernel_sum(a, b)
+    h = a + b  # the kernel rounds to nearest, as PyTorch (the interpreter too: backend.py)
     y, _, rstd = FWD(h, w, None, 1e-6, 0.0, llama)
     for got, want in zip(new(a, b, w), (y, rstd, h * 2), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-    if rk.BACKEND == "cuda":  # where the kernel rounds like PyTorch: the graph's own values
-        for got, want in zip(new(a, b, w), gm(a, b, w), strict=True):
-            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    for got, want in zip(new(a, b, w), gm(a, b, w), strict=True):  # the graph's own values
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("swap", [False, True])
@@ -106,7 +101,7 @@ def test_backward_accumulation_is_folded(device):
     dy, g = torch.randn(m, n, device=device), torch.randn(m, n, device=device)
     gm = _trace(fn, dy, g, x, w, rstd)
     new, done = _fused(gm)
-    assert done == {"forward_residual": 0, "backward_accumulate": 1, "backward_gemm_sum": 0}
+    assert done == _only(backward_accumulate=1)
     assert _count(new, ADD) == 0
     (node,) = [n for n in new.graph.nodes if n.target is BWD]
     assert node.args[1] is not None, "g must reach the kernel as dh"
@@ -167,7 +162,7 @@ def test_what_is_left_alone(device, case):
     else:
         _, _, rstd = FWD(a, w, None, 1e-6, 0.0, False)
         _, done = _fused(_trace(bwd_case, b, b.flip(0), a, w, rstd))
-    assert done == {"forward_residual": 0, "backward_accumulate": 0, "backward_gemm_sum": 0}
+    assert done == _only()
 
 
 def test_pass_installs_chains_and_restores(fresh_inductor):
@@ -242,7 +237,8 @@ def test_compiled_residual_block_uses_the_rewrites(device, fresh_inductor, dynam
 
 def test_compiled_block_under_autocast(device, fresh_inductor):
     """bfloat16 autocast: the float32 residual stream plus a bfloat16 block output is folded
-    too, and the compiled block computes the eager block's values."""
+    too, the casts around the norms go into the kernels, and the compiled block computes the
+    eager block's values."""
 
     def block(x, w1, w2, lin):
         h = x + lin(rk.rmsnorm(x, w1, 1e-6))
@@ -257,8 +253,10 @@ def test_compiled_block_under_autocast(device, fresh_inductor):
     with torch.autocast(device, dtype=torch.bfloat16):
         out = torch.compile(block, options=options)(x, w1, w2, lin)
     out.float().square().sum().backward()
-    assert fusion.REWRITES["forward_residual"] - before["forward_residual"] == 1
-    assert fusion.REWRITES["backward_accumulate"] - before["backward_accumulate"] == 2
+    done = {k: fusion.REWRITES[k] - before[k] for k in before}
+    # and each norm's float32 output cast to bfloat16 for the linear layer: stored as bfloat16 by
+    # the kernel, the cast's gradient read unwidened
+    assert done == _only(forward_residual=1, backward_accumulate=2, forward_cast=2, backward_cast=2)
     got = x.grad.clone()
     x.grad = None
     with torch.autocast(device, dtype=torch.bfloat16):
@@ -267,3 +265,54 @@ def test_compiled_block_under_autocast(device, fresh_inductor):
     assert out.dtype == eager.dtype == torch.float32
     assert_close(out, eager, torch.float32, "y")
     assert_close(got, x.grad, torch.float32, "dx")
+
+
+def test_forward_cast_is_stored_by_the_kernel(device):
+    """A float32 norm output used only through a cast to bfloat16 (autocast's GEMM input): the
+    kernel stores bfloat16 itself, bit for bit the cast's values; the backward's gradient of
+    that cast (bfloat16 widened to float32) reaches the kernel unwidened, with the same dx and
+    dweight bits."""
+
+    def fn(x, w, g):
+        y, _, rstd = FWD(x, w, None, 1e-6, 0.0, True)
+        low = y.to(torch.bfloat16)
+        dx, dw = BWD(g.to(torch.float32), None, x, w, rstd, 0.0, True)
+        return low * 2, low + 1, dx, dw
+
+    x, w = torch.randn(6, 96, device=device), torch.randn(96, device=device)
+    g = torch.randn(6, 96, device=device).to(torch.bfloat16)
+    gm = _trace(fn, x, w, g)
+    new, done = _fused(gm)
+    assert done == _only(forward_cast=1, backward_cast=1)
+    (fwd,) = [n for n in new.graph.nodes if n.target is FWD]
+    assert fwd.kwargs.get("out_dtype") is torch.bfloat16
+    (bwd,) = [n for n in new.graph.nodes if n.target is BWD]
+    assert fusion._val(bwd.args[0]).dtype is torch.bfloat16
+    for got, want in zip(new(x, w, g), gm(x, w, g), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["also_float32", "two_targets", "widening", "float16_stream"])
+def test_casts_left_alone(device, case):
+    """Only an exact rewrite: every user of y a cast to one narrower dtype, y in the kernel's
+    accumulator dtype; a backward dy cast from a wider dtype or none stays as it is."""
+    dtype = torch.bfloat16 if case == "widening" else torch.float32
+
+    def fn(x, w):
+        y = FWD(x, w, None, 1e-6, 0.0, False)[0]
+        if case == "also_float32":
+            return y.to(torch.bfloat16), y * 2
+        if case == "two_targets":
+            return y.to(torch.bfloat16), y.to(torch.float16)
+        if case == "widening":
+            return (y.float(),)
+        return (y.to(torch.float16).to(torch.bfloat16),)  # float16_stream: one cast, then another
+
+    x = torch.randn(4, 64, device=device, dtype=dtype)
+    w = torch.randn(64, device=device, dtype=dtype)
+    gm = _trace(fn, x, w)
+    new, done = _fused(gm)
+    assert done["forward_cast"] == (1 if case == "float16_stream" else 0)
+    for got, want in zip(new(x, w), gm(x, w), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
