@@ -98,3 +98,32 @@ def test_gemm_sums_fold_the_projections_input_gradients(device, fresh_inductor, 
     assert done["backward_gemm_sum"] == 3 * layers, done
     _assert_matches_eager(model, ids, logits, grads)
     unpatch(model)
+
+
+def test_autocast_casts_go_into_the_kernels_without_changing_a_bit(device, fresh_inductor):
+    """bf16-mixed training (float32 weights, bfloat16 autocast): every norm's float32 output is
+    cast to bfloat16 for the next GEMMs, and the final norm's gradient arrives as that cast's
+    (widened) gradient. The pass stores the bfloat16 output from the kernel and reads that
+    gradient unwidened: the compiled model gives the same logits and gradients, bit for bit, as
+    the same compile without the pass."""
+    runs = {}
+    for name, options in (
+        ("no pass", {}),
+        ("pass", {"post_grad_custom_post_pass": inductor_fusion.RMSNormFusionPass()}),
+    ):
+        torch._dynamo.reset()
+        model = tiny_model("llama").to(device).train()
+        patch(model, inductor_fusion=False)
+        before = dict(inductor_fusion.REWRITES)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            runs[name] = _loss_and_grads(torch.compile(model, options=options), tokens().to(device))
+        runs[name + " done"] = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
+    layers = model.config.num_hidden_layers
+    assert runs["pass done"]["forward_cast"] == 2 * layers + 1, runs["pass done"]
+    assert runs["pass done"]["backward_cast"] == 1, runs["pass done"]  # the final norm's
+    assert not any(runs["no pass done"].values())
+    (logits, grads), (ref_logits, ref_grads) = runs["pass"], runs["no pass"]
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
+    assert grads.keys() == ref_grads.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[name], rtol=0, atol=0, msg=name)
