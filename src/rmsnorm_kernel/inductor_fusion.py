@@ -12,12 +12,20 @@ kernels, each a full extra pass over an activation:
   ``dx = rmsnorm_bwd(dy, ...)[0]; g2 = dx + g``. Rewritten to ``rmsnorm_bwd(dy, dh=g, ...)``:
   the kernel adds g to dx in float32 before its one rounding.
 
-With ``gemm_sums=True`` (opt-in until measured on a GPU) a third rewrite folds the sum of
+Under autocast with a float32 residual stream, two casts sit next to the norm as well:
+
+- forward, ``y = rmsnorm_fwd(h)`` (float32) used only through ``y.to(bfloat16)`` (the next
+  GEMMs' input): the kernel stores bfloat16 itself (``out_dtype``), the same one rounding of the
+  same values, without writing float32 y, reading it back and a cast kernel;
+- backward, ``rmsnorm_bwd(dy=g.to(float32))`` with g bfloat16 (that cast's gradient): the kernel
+  reads g, whose values widen exactly (it converts every dy to float32 anyway).
+
+With ``gemm_sums=True`` (opt-in; measured slower on the H200) another rewrite folds the sum of
 GEMM outputs that forms a norm backward's ``dy`` (the q / k / v projections' input gradients)
 into GEMM epilogues (:mod:`.inductor_gemm_sums`).
 
-The first two rewrites keep every value (the first bit for bit; the second rounds once where
-the graph rounded twice) and change nothing else in the graph. They apply only where shapes
+The residual and cast rewrites keep every value (bit for bit, except the backward accumulation,
+which rounds once where the graph rounded twice) and change nothing else in the graph. They apply only where shapes
 and devices of both operands match the result (no broadcast, no ``alpha``), the dtypes as said
 (the backward: all equal), and the order of the graph allows it.
 
