@@ -25,9 +25,10 @@ GEMM outputs that forms a norm backward's ``dy`` (the q / k / v projections' inp
 into GEMM epilogues (:mod:`.inductor_gemm_sums`).
 
 The residual and cast rewrites keep every value (bit for bit, except the backward accumulation,
-which rounds once where the graph rounded twice) and change nothing else in the graph. They apply only where shapes
-and devices of both operands match the result (no broadcast, no ``alpha``), the dtypes as said
-(the backward: all equal), and the order of the graph allows it.
+which rounds once where the graph rounded twice) and change nothing else in the graph. They
+apply only where shapes and devices of both operands match the result (no broadcast, no
+``alpha``), the dtypes as said (the backward accumulation: all equal), and the order of the
+graph allows it.
 
 :func:`enable` installs the pass as Inductor's ``post_grad_custom_post_pass`` (a global
 Inductor setting: one that was set already is kept and runs first); :func:`disable` restores
