@@ -164,7 +164,6 @@ def _bfloat16_to_nearest_in_the_interpreter() -> bool:
     bits. Here the interpreter's conversion rounds float32 to bfloat16 to nearest even (NaN stays
     NaN, its sign kept); other conversions, and an explicit round-toward-zero, are its own.
     Returns whether the wrap was installed."""
-    import numpy as np
     import triton.language as tl
     import triton.runtime.interpreter as interpreter
 
@@ -176,11 +175,14 @@ def _bfloat16_to_nearest_in_the_interpreter() -> bool:
     def convert(input, input_dtype, output_dtype, rounding_mode):
         if input_dtype != tl.float32 or output_dtype != tl.bfloat16 or rounding_mode == rtz:
             return original(input, input_dtype, output_dtype, rounding_mode)
-        bits = np.ascontiguousarray(input, dtype=np.float32).view(np.uint32).astype(np.uint64)
-        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        # ``input``: the interpreter's float32 NumPy array; the bit arithmetic runs in torch (the
+        # kernel layer imports only torch and triton), on int64 so nothing overflows.
+        bits = torch.from_numpy(input.reshape(-1).view("uint32").astype("int64"))
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
         nan = (bits & 0x7FFFFFFF) > 0x7F800000
-        quiet = ((bits >> 16) | 0x0040).astype(np.uint16)  # the sign and payload's top, quieted
-        return np.where(nan, quiet, rounded).reshape(np.shape(input))
+        quiet = (bits >> 16) | 0x0040  # the sign and the payload's top bits, quieted
+        out = torch.where(nan, quiet, rounded).numpy().astype("uint16")
+        return out.reshape(input.shape)
 
     convert._rmsnorm_kernel_rne = True
     interpreter._convert_float = convert
