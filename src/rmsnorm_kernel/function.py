@@ -20,8 +20,6 @@ from . import ops, transforms
 from .contract import SUPPORTED_DTYPES, ContractTypeError, check_contract
 from .double_backward import differentiable_backward, graph_needed
 
-_OUT_DTYPES = frozenset(SUPPORTED_DTYPES)
-
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
 CALLS = {"forward": 0, "backward": 0}
 
@@ -134,9 +132,9 @@ def rmsnorm_fwd(
     is set only by the Inductor pass, where the rule's dtype is the accumulator's and the graph
     cast y to a narrower one: the kernel then stores that dtype directly (the same one rounding
     of the same values)."""
-    if out_dtype is not None and out_dtype not in _OUT_DTYPES:
+    if out_dtype is not None and out_dtype not in SUPPORTED_DTYPES:
         raise ContractTypeError(
-            f"out_dtype must be None or one of {sorted(map(str, _OUT_DTYPES))} (got {out_dtype})"
+            f"out_dtype must be None or one of {SUPPORTED_DTYPES} (got {out_dtype})"
         )
     y, h, _, _, rstd = _forward(x, weight, residual, eps, offset, llama, out_dtype)
     return y, (x.new_empty(0) if h is None else h), rstd

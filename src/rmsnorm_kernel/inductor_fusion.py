@@ -52,7 +52,9 @@ from . import (
     function,  # noqa: F401  (registers the ops this pass rewrites)
     inductor_gemm_sums,
 )
+from .contract import SUPPORTED_DTYPES
 from .inductor_gemm_sums import _same_shape, _val
+from .ops import _acc_dtype
 
 __all__ = ["REWRITES", "RMSNormFusionPass", "disable", "enable", "enabled", "fuse_graph"]
 
@@ -71,7 +73,6 @@ _FWD = torch.ops.rmsnorm_kernel.rmsnorm_fwd.default
 _BWD = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
 _ADD = torch.ops.aten.add.Tensor
 _CONVERTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _arguments(node: torch.fx.Node, op) -> dict[str, object]:
@@ -241,7 +242,7 @@ def _cast_to(node: torch.fx.Node) -> torch.dtype | None:
         if len(node.args) != 1 or set(node.kwargs) - {"dtype"}:
             return None
         dtype = node.kwargs.get("dtype")
-    return dtype if dtype in _FLOATS else None
+    return dtype if dtype in SUPPORTED_DTYPES else None
 
 
 def _fuse_forward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
@@ -262,15 +263,11 @@ def _fuse_forward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     if len(targets) != 1 or None in targets:
         return False
     target = targets.pop()
-    x_val = _val(args["x"])
-    acc = torch.float64 if x_val.dtype == torch.float64 else torch.float32
-    if y_val.dtype != acc or target.itemsize >= y_val.itemsize:
+    if y_val.dtype != _acc_dtype(_val(args["x"]).dtype) or target.itemsize >= y_val.itemsize:
         return False
-    args_kwargs = _with(node, _FWD, out_dtype=target)
-    node.args, node.kwargs = args_kwargs
+    node.args, node.kwargs = _with(node, _FWD, out_dtype=target)
     new_y = y_val.to(target)
-    y_out, h_out, rstd_out = _val(node)
-    node.meta["val"] = (new_y, h_out, rstd_out)
+    node.meta["val"] = (new_y, *_val(node)[1:])
     y.meta["val"] = new_y
     for cast in list(y.users):
         cast.replace_all_uses_with(y)
@@ -292,9 +289,9 @@ def _fuse_backward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     g_val, dy_val = _val(g), _val(dy)
     if not (isinstance(g_val, torch.Tensor) and isinstance(dy_val, torch.Tensor)):
         return False
-    if g_val.dtype not in _FLOATS or g_val.dtype.itemsize >= dy_val.dtype.itemsize:
-        return False
-    if torch.promote_types(g_val.dtype, dy_val.dtype) != dy_val.dtype:  # exact widening only
+    # g of another kernel dtype that converts exactly into dy's (a narrower one)
+    exact = torch.promote_types(g_val.dtype, dy_val.dtype) == dy_val.dtype
+    if g_val.dtype not in SUPPORTED_DTYPES or g_val.dtype == dy_val.dtype or not exact:
         return False
     if not (_same_shape(g_val, dy_val) and g_val.device == dy_val.device):
         return False
