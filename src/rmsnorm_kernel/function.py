@@ -17,7 +17,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import ops, transforms
-from .contract import SUPPORTED_DTYPES, ContractTypeError, check_contract
+from .contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_contract
 from .double_backward import differentiable_backward, graph_needed
 
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
@@ -58,10 +58,25 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None):
     return y, h, saved, saved_stride, rstd
 
 
-def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype, llama=False):
-    """Upstream grads ``[..., N]`` -> ``(dx [..., N] like dy, dweight (N,) or None)``."""
+def _backward(
+    dy,
+    dh,
+    saved,
+    saved_stride,
+    weight,
+    rstd,
+    offset,
+    x_dtype,
+    llama=False,
+    parts=(),
+    sum_dtype=None,
+):
+    """Upstream grads ``[..., N]`` -> ``(dx [..., N] like dy, dweight (N,) or None)``; ``parts``:
+    more tensors of dy's shape and dtype, the upstream gradient being their sum with dy
+    (rounded once to ``sum_dtype``, default dy's)."""
     dy_rows, sdy = ops.rows_of(dy, "dy")
     dh_rows, sdh = (None, 0) if dh is None else ops.rows_of(dh, "dy")
+    dy_parts = tuple(ops.rows_of(p, "dy") for p in parts)
     dx, dw = ops.launch_backward(
         dy_rows,
         saved,
@@ -74,6 +89,8 @@ def _backward(dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype, llama=
         stride_x=saved_stride,
         stride_dh=sdh,
         llama=llama,
+        dy_parts=dy_parts,
+        dy_sum_dtype=sum_dtype,
     )
     CALLS["backward"] += 1
     if dy_rows is not dy:
@@ -158,15 +175,51 @@ def rmsnorm_bwd(
     rstd: torch.Tensor,
     offset: float,
     llama: bool = False,
+    dy_b: torch.Tensor | None = None,
+    dy_c: torch.Tensor | None = None,
+    dy_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns ``(dx [like dy's shape], dweight or empty)``; ``saved`` is the forward's input."""
+    """Returns ``(dx [like dy's shape], dweight or empty)``; ``saved`` is the forward's input.
+    ``dy_b`` / ``dy_c`` / ``dy_dtype`` are set only by the Inductor pass: the upstream gradient
+    is then ``(dy + dy_b) + dy_c``, summed in the accumulator and rounded once to ``dy_dtype``
+    (default: the parts' dtype; a wider one under autocast, where the parts were widened before
+    the sum) inside the kernel: what Inductor's fused add of those GEMM outputs stored."""
+    parts = _dy_parts(dy, dy_b, dy_c, dy_dtype, saved.dtype)
     rows, stride = ops.rows_of(saved, "x")
-    dx, dw = _backward(dy, dh, rows, stride, weight, rstd, offset, saved.dtype, llama)
+    dx, dw = _backward(
+        dy, dh, rows, stride, weight, rstd, offset, saved.dtype, llama, parts, dy_dtype
+    )
     return dx, (saved.new_empty(0) if dw is None else dw)
 
 
+def _dy_parts(dy, dy_b, dy_c, dy_dtype, x_dtype) -> tuple[torch.Tensor, ...]:
+    """The op's extra dy parts, checked: each of dy's shape, dtype and device, dy_c only after
+    dy_b; ``dy_dtype`` only with parts, one that dy's dtype converts into exactly and whose
+    sum Inductor computes in the kernel's accumulator (x's)."""
+    if dy_c is not None and dy_b is None:
+        raise ContractValueError("dy_c needs dy_b (the parts are dy, dy_b, dy_c in order)")
+    parts = tuple(p for p in (dy_b, dy_c) if p is not None)
+    for name, p in zip(("dy_b", "dy_c")[: len(parts)], parts, strict=True):
+        if p.shape != dy.shape or p.dtype != dy.dtype or p.device != dy.device:
+            raise ContractValueError(
+                f"{name} must have dy's shape {tuple(dy.shape)}, dtype {dy.dtype} and device "
+                f"{dy.device} (got {tuple(p.shape)}, {p.dtype}, {p.device})"
+            )
+    if dy_dtype is not None:
+        if not parts:
+            raise ContractValueError("dy_dtype is the dtype of a sum: it needs dy_b")
+        exact = dy_dtype in SUPPORTED_DTYPES and torch.promote_types(dy.dtype, dy_dtype) == dy_dtype
+        if not exact or ops._acc_dtype(dy_dtype) != ops._acc_dtype(x_dtype):
+            raise ContractValueError(
+                f"dy_dtype must be a dtype that dy's ({dy.dtype}) converts into exactly and that "
+                f"is summed in x's accumulator, {ops._acc_dtype(x_dtype)} (got {dy_dtype})"
+            )
+    return parts
+
+
 @rmsnorm_bwd.register_fake
-def _(dy, dh, saved, weight, rstd, offset, llama=False):
+def _(dy, dh, saved, weight, rstd, offset, llama=False, dy_b=None, dy_c=None, dy_dtype=None):
+    _dy_parts(dy, dy_b, dy_c, dy_dtype, saved.dtype)
     dx = saved.new_empty(dy.shape)
     return dx, (saved.new_empty(0) if weight is None else torch.empty_like(weight))
 

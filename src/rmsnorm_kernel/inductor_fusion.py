@@ -20,9 +20,11 @@ Under autocast with a float32 residual stream, two casts sit next to the norm as
 - backward, ``rmsnorm_bwd(dy=g.to(float32))`` with g bfloat16 (that cast's gradient): the kernel
   reads g, whose values widen exactly (it converts every dy to float32 anyway).
 
-With ``gemm_sums=True`` (opt-in; measured slower on the H200) another rewrite folds the sum of
-GEMM outputs that forms a norm backward's ``dy`` (the q / k / v projections' input gradients)
-into GEMM epilogues (:mod:`.inductor_gemm_sums`).
+And the sum of GEMM outputs that forms a norm backward's ``dy`` (the q / k / v, or gate / up,
+projections' input gradients) goes into the backward kernel: it reads the two or three GEMM
+outputs and forms dy itself, rounded as Inductor's fused add rounds it
+(:mod:`.inductor_dy_sums`). With ``gemm_sums=True`` (opt-in; measured slower on the H200) that
+sum goes into GEMM epilogues instead (:mod:`.inductor_gemm_sums`).
 
 The residual and cast rewrites keep every value (bit for bit, except the backward accumulation,
 which rounds once where the graph rounded twice) and change nothing else in the graph. They
@@ -50,10 +52,14 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import (
     function,  # noqa: F401  (registers the ops this pass rewrites)
+    inductor_dy_sums,
     inductor_gemm_sums,
+    inductor_nodes,
 )
 from .contract import SUPPORTED_DTYPES
-from .inductor_gemm_sums import _same_shape, _val
+from .inductor_nodes import cast_to as _cast_to
+from .inductor_nodes import same_shape as _same_shape
+from .inductor_nodes import val as _val
 from .ops import _acc_dtype
 
 __all__ = ["REWRITES", "RMSNormFusionPass", "disable", "enable", "enabled", "fuse_graph"]
@@ -66,13 +72,13 @@ REWRITES = {
     "backward_accumulate": 0,
     "forward_cast": 0,
     "backward_cast": 0,
+    "backward_dy_sum": 0,
     "backward_gemm_sum": 0,
 }
 
 _FWD = torch.ops.rmsnorm_kernel.rmsnorm_fwd.default
 _BWD = torch.ops.rmsnorm_kernel.rmsnorm_bwd.default
 _ADD = torch.ops.aten.add.Tensor
-_CONVERTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
 
 
 def _arguments(node: torch.fx.Node, op) -> dict[str, object]:
@@ -230,21 +236,6 @@ def _fuse_backward(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     return True
 
 
-def _cast_to(node: torch.fx.Node) -> torch.dtype | None:
-    """The dtype ``node`` converts its one tensor input to, if it is a plain dtype conversion
-    (``prims.convert_element_type``, or ``aten._to_copy`` with only a dtype) to a float dtype
-    the kernels store; else None."""
-    if node.op != "call_function" or node.target not in _CONVERTS:
-        return None
-    if node.target is _CONVERTS[0]:
-        dtype = node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
-    else:
-        if len(node.args) != 1 or set(node.kwargs) - {"dtype"}:
-            return None
-        dtype = node.kwargs.get("dtype")
-    return dtype if dtype in SUPPORTED_DTYPES else None
-
-
 def _fuse_forward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     """``y = rmsnorm_fwd(...)[0]`` used only through conversions to one narrower dtype (the
     float32 norm output of a float32 residual stream cast to bfloat16 for the next GEMMs under
@@ -301,6 +292,27 @@ def _fuse_backward_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     return True
 
 
+def _fuse_backward_dy_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """``rmsnorm_bwd(dy=(a + b) + c)`` with stored parts: the kernel reads a, b and c
+    (:func:`.inductor_dy_sums.dy_parts` says when that is exact)."""
+    args = _arguments(node, _BWD)
+    if args["dy_b"] is not None:
+        return False
+    found = inductor_dy_sums.dy_parts(args["dy"])
+    if found is None:
+        return False
+    parts, gone, dtype = found
+    third = parts[2] if len(parts) == 3 else None
+    wider = None if dtype == _val(parts[0]).dtype else dtype
+    if _acc_dtype(dtype) != _acc_dtype(_val(args["saved"]).dtype):
+        return False  # a sum the kernel's accumulator would not compute as Inductor did
+    changes = {"dy": parts[0], "dy_b": parts[1], "dy_c": third, "dy_dtype": wider}
+    node.args, node.kwargs = _with(node, _BWD, **changes)
+    for done in gone:  # users first: each has no user left when erased
+        graph.erase_node(done)
+    return True
+
+
 def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, int]:
     """Apply the rewrites to a post-grad FX graph in place; returns how many of each."""
     done = dict.fromkeys(REWRITES, 0)
@@ -318,6 +330,10 @@ def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, i
             done["backward_cast"] += 1
     if gemm_sums:
         done["backward_gemm_sum"] = inductor_gemm_sums.fold_gemm_sums(graph, _BWD)
+    # Last: after the cast rewrite, a bfloat16 sum under autocast is dy itself.
+    for node in list(graph.nodes):
+        if node.target is _BWD and _fuse_backward_dy_sum(graph, node):
+            done["backward_dy_sum"] += 1
     for kind, n in done.items():
         REWRITES[kind] += n
     if any(done.values()):
@@ -350,7 +366,12 @@ class RMSNormFusionPass(CustomGraphPass):
         fuse_graph(graph, gemm_sums=self.gemm_sums)
 
     def uuid(self):
-        files = (__file__, inductor_gemm_sums.__file__)
+        files = (
+            __file__,
+            inductor_gemm_sums.__file__,
+            inductor_dy_sums.__file__,
+            inductor_nodes.__file__,
+        )
         parts = [get_hash_for_files(files).hex(), f"gemm_sums={self.gemm_sums}"]
         for earlier in self._before():
             theirs = earlier.uuid() if hasattr(earlier, "uuid") else None

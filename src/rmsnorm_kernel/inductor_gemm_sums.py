@@ -21,23 +21,16 @@ from __future__ import annotations
 
 import torch
 from torch._guards import detect_fake_mode
-from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from .inductor_nodes import VIEWS as _VIEWS
+from .inductor_nodes import same_shape as _same_shape
+from .inductor_nodes import val as _val
 
 _ADD = torch.ops.aten.add.Tensor
 _MM = torch.ops.aten.mm.default
 _ADDMM = torch.ops.aten.addmm.default
 _RESHAPE = torch.ops.aten.reshape.default
-_VIEWS = (_RESHAPE, torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
-
-
-def _val(node: object):
-    """The fake tensor Inductor recorded for a node, or None."""
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
-def _same_shape(u: torch.Tensor, v: torch.Tensor) -> bool:
-    """Equal shapes, provably (symbolic sizes under ``dynamic=True`` too; adds no guard)."""
-    return len(u.shape) == len(v.shape) and statically_known_true(sym_eq(u.shape, v.shape))
 
 
 def _gemm_behind(node: object) -> tuple[torch.fx.Node, torch.fx.Node | None] | None:

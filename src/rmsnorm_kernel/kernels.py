@@ -158,18 +158,38 @@ def rmsnorm_forward_rows_kernel(
 
 
 @triton.jit
+def _dy_sum(dy, B_PTRS, C_PTRS, mask, DY_PARTS: tl.constexpr, DY_SUM: tl.constexpr, ACC):
+    """dy's loaded values plus the parts the Inductor pass folded into the launch (the sum of
+    GEMM outputs that formed dy): summed in ACC in the graph's order, (dy + b) + c, and rounded
+    once to DY_SUM, the sum's dtype (the parts' own, or wider under autocast), as Inductor's
+    fused add stored it. Returned in ACC."""
+    if DY_PARTS == 1:
+        return dy.to(ACC)
+    total = dy.to(ACC) + tl.load(B_PTRS, mask=mask, other=0.0).to(ACC)
+    if DY_PARTS == 3:
+        total += tl.load(C_PTRS, mask=mask, other=0.0).to(ACC)
+    return total.to(DY_SUM).to(ACC)
+
+
+@triton.jit
 def rmsnorm_row_dot_kernel(
     DY,  # pointer to the upstream gradient rows, row stride stride_dy, unit column stride
     X,  # pointer to the normalised input rows (x, or x + residual), row stride stride_x
     W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
     MEAN_UX,  # pointer to the output mean(u * x) per row (M,), ACC dtype
+    DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
+    DY_C,
     stride_dy,
     stride_x,
     stride_w,  # elements between two values of W
+    stride_dy_b,
+    stride_dy_c,
     N,  # data width
     offset,  # u = dy * (offset + w): float32 high part ...
     offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
+    DY_PARTS: tl.constexpr,  # dy = dy + dy_b (+ dy_c): 1, 2 or 3 parts
+    DY_SUM: tl.constexpr,  # the sum's dtype (its one rounding)
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,  # chunk width
 ):
@@ -182,7 +202,15 @@ def rmsnorm_row_dot_kernel(
         c = start + cols
         mask = c < N
         x = tl.load(X + row * stride_x + c, mask=mask, other=0.0).to(ACC)
-        u = tl.load(DY + row * stride_dy + c, mask=mask, other=0.0).to(ACC)
+        u = _dy_sum(
+            tl.load(DY + row * stride_dy + c, mask=mask, other=0.0),
+            DY_B + row * stride_dy_b + c,
+            DY_C + row * stride_dy_c + c,
+            mask,
+            DY_PARTS,
+            DY_SUM,
+            ACC,
+        )
         if HAS_WEIGHT:
             u = u * (tl.load(W + c * stride_w, mask=mask, other=0.0).to(ACC) + offset)
         sum_ux += u * x
@@ -305,6 +333,8 @@ def rmsnorm_backward_kernel(
     RSTD,  # pointer to the inverse RMS per row saved by the forward pass (M,)
     MEAN_UX,  # pointer to mean(u * x) per row (M,) from rmsnorm_row_dot_kernel (when not ONE_TILE)
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
+    DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
+    DY_C,
     DX,  # pointer to the input gradient (M, N), contiguous
     DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
     DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N): float64 with
@@ -314,6 +344,8 @@ def rmsnorm_backward_kernel(
     stride_x,  # elements between two rows of X
     stride_dh,  # elements between two rows of DH
     stride_w,  # elements between two values of W
+    stride_dy_b,
+    stride_dy_c,
     M,  # number of rows
     N,  # data width
     rows_per_program,  # program (p, q) owns rows [p * rows_per_program, (p + 1) * rows_per_program)
@@ -321,6 +353,8 @@ def rmsnorm_backward_kernel(
     offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
+    DY_PARTS: tl.constexpr,  # dy = dy + dy_b (+ dy_c): 1, 2 or 3 parts (_dy_sum)
+    DY_SUM: tl.constexpr,  # the sum's dtype (its one rounding)
     LLAMA: tl.constexpr,  # the forward rounded x * r to X's dtype: dweight sums dy * that value
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,  # dweight accumulation dtype over this program's rows (registers)
@@ -347,7 +381,15 @@ def rmsnorm_backward_kernel(
     dw = tl.zeros([BLOCK], dtype=DW_ACC)
     for row in tl.range(row_start, row_end, num_stages=STAGES):
         x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0).to(ACC)
+        dy = _dy_sum(
+            tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0),
+            DY_B + row * stride_dy_b + cols,
+            DY_C + row * stride_dy_c + cols,
+            mask,
+            DY_PARTS,
+            DY_SUM,
+            ACC,
+        )
         rstd = tl.load(RSTD + row)
         if HAS_WEIGHT:
             # Re-read per row (an L1/L2 hit) instead of pinning BLOCK more registers.
@@ -377,6 +419,8 @@ def rmsnorm_backward_rows_kernel(
     W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
     RSTD,  # pointer to the inverse RMS per row saved by the forward pass (M,)
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
+    DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
+    DY_C,
     DX,  # pointer to the input gradient (M, N), contiguous
     DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
     DW_PARTIAL,  # pointer to the per-program dweight partials (groups, N), as in the row kernel
@@ -385,6 +429,8 @@ def rmsnorm_backward_rows_kernel(
     stride_x,
     stride_dh,
     stride_w,  # elements between two values of W
+    stride_dy_b,
+    stride_dy_c,
     M,  # number of rows
     N,  # data width
     rows_per_program,  # program p owns rows [p * rows_per_program, (p + 1) * rows_per_program)
@@ -392,6 +438,8 @@ def rmsnorm_backward_rows_kernel(
     offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
+    DY_PARTS: tl.constexpr,
+    DY_SUM: tl.constexpr,
     LLAMA: tl.constexpr,
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,
@@ -423,7 +471,15 @@ def rmsnorm_backward_rows_kernel(
         row_mask = rows < row_end
         mask = row_mask[:, None] & col_mask[None, :]
         x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = _dy_sum(
+            tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0),
+            DY_B + rows[:, None] * stride_dy_b + cols[None, :],
+            DY_C + rows[:, None] * stride_dy_c + cols[None, :],
+            mask,
+            DY_PARTS,
+            DY_SUM,
+            ACC,
+        )
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)[:, None]
         if HAS_WEIGHT:
             u = dy * w[None, :]
@@ -461,11 +517,15 @@ def rmsnorm_backward_tma_kernel(
     W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
     RSTD,  # pointer to the inverse RMS per row saved by the forward pass (M,)
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
+    DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
+    DY_C,
     DW,  # pointer to the weight gradient (N,), as in the row kernel
     DW_PARTIAL,  # pointer to the per-program dweight partials (groups, N), as in the row kernel
     COUNTERS,  # pointer to int32 tree counters (groups,), zero on entry and on exit
     stride_dh,
     stride_w,  # elements between two values of W
+    stride_dy_b,
+    stride_dy_c,
     M,  # number of rows
     N,  # data width, == BLOCK
     rows_per_program,  # a multiple of ROWS: a tile never straddles two programs
@@ -473,6 +533,8 @@ def rmsnorm_backward_tma_kernel(
     offset_lo,  # ... and low part
     HAS_WEIGHT: tl.constexpr,
     HAS_DH: tl.constexpr,
+    DY_PARTS: tl.constexpr,
+    DY_SUM: tl.constexpr,
     LLAMA: tl.constexpr,
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,
@@ -505,7 +567,16 @@ def rmsnorm_backward_tma_kernel(
         row_mask = rows < row_end
         x_raw = tl.reshape(X_DESC.load([first, 0, 0]), [ROWS, BLOCK])
         x = x_raw.to(ACC)
-        dy = tl.reshape(DY_DESC.load([first, 0, 0]), [ROWS, BLOCK]).to(ACC)
+        rows64 = rows[:, None].to(tl.int64)
+        dy = _dy_sum(
+            tl.reshape(DY_DESC.load([first, 0, 0]), [ROWS, BLOCK]),
+            DY_B + rows64 * stride_dy_b + cols[None, :],
+            DY_C + rows64 * stride_dy_c + cols[None, :],
+            row_mask[:, None],
+            DY_PARTS,
+            DY_SUM,
+            ACC,
+        )
         rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)[:, None]  # past M: 0
         if HAS_WEIGHT:
             u = dy * w[None, :]
@@ -514,7 +585,7 @@ def rmsnorm_backward_tma_kernel(
         mean_ux = (tl.sum(u * x, axis=1) / N)[:, None]
         dx = _dx(u, x, rstd, mean_ux)
         if HAS_DH:
-            dh_ptrs = DH + rows[:, None].to(tl.int64) * stride_dh + cols[None, :]
+            dh_ptrs = DH + rows64 * stride_dh + cols[None, :]
             dx += tl.load(dh_ptrs, mask=row_mask[:, None], other=0.0).to(ACC)
         DX_DESC.store([first, 0, 0], tl.reshape(dx.to(DX_DESC.dtype), [ROWS, CHUNKS, CHUNK]))
         if HAS_WEIGHT:

@@ -89,6 +89,8 @@ def weight_of(weight: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
 
 
 _TL_DTYPES = {torch.float32: tl.float32, torch.float64: tl.float64}
+#: Every dtype a kernel stores, for the constexpr of a rounding (the folded dy sum's).
+_TL_STORED = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, **_TL_DTYPES}
 
 
 def _device_index(t: torch.Tensor) -> int | None:
@@ -265,12 +267,17 @@ def launch_backward(
     stride_dh: int | None = None,
     llama: bool = False,
     config: BackwardConfig | None = None,
+    dy_parts: tuple[tuple[torch.Tensor, int], ...] = (),
+    dy_sum_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows in: ``(dx, dweight (N,) weight.dtype or None)`` out; ``dx`` (``dx_dtype``) is
     contiguous with ``dy2``'s shape. Rows and strides as in :func:`launch_forward`; ``llama``
     as the forward's (dweight sums ``dy`` times ``x * r`` rounded to ``x2.dtype``). ``config``:
     the launch geometry (default: :func:`config.backward_config`'s); an explicit one is checked
-    first. dweight is bitwise reproducible for a given config."""
+    first. dweight is bitwise reproducible for a given config. ``dy_parts``: up to two more
+    ``(rows, row stride)`` of dy2's shape and dtype; the kernels read ``(dy + b) + c`` summed in
+    the accumulator and rounded once to ``dy_sum_dtype`` (default dy2's; what Inductor's fused
+    add stores; the Inductor pass folds such sums in)."""
     n = x2.shape[-1]
     m = rstd.numel()
     dx = _empty_out(dy2, dx_dtype)
@@ -318,14 +325,17 @@ def launch_backward(
     dw_acc = torch.float64 if config.dw_float64 or acc == torch.float64 else torch.float32
     offsets = split_float(offset)
     w = weight if has_w else x2
+    parts = 1 + len(dy_parts)
+    sum_dtype = _TL_STORED[dy2.dtype if dy_sum_dtype is None else dy_sum_dtype]
+    (dy_b, s_b), (dy_c, s_c) = (*dy_parts, *[(dy2, 0)] * (3 - parts))
     mean_ux = rstd  # placeholder pointer when the row reduction happens in the tile kernel
     if not one_tile:
         mean_ux = torch.empty_like(rstd)
         ROW_DOT.launch(
             (m,),
-            (dy2, x2, w, mean_ux, sdy, sx, sw, n),
+            (dy2, x2, w, mean_ux, dy_b, dy_c, sdy, sx, sw, s_b, s_c, n),
             offsets,
-            (has_w, _TL_DTYPES[acc], ROW_DOT_BLOCK),
+            (has_w, parts, sum_dtype, _TL_DTYPES[acc], ROW_DOT_BLOCK),
             ROW_DOT_WARPS,
             1,
             index,
@@ -346,10 +356,19 @@ def launch_backward(
         BACKWARD_TMA.launch(
             (groups,),
             (_rows_desc(dy2, m, sdy, config.rows), _rows_desc(x2, m, sx, config.rows))
-            + (_rows_desc(dx, m, n, config.rows), w, rstd, dh, dw, partial, counters, sdh, sw)
-            + (m, n, config.rows_per_program),
+            + (_rows_desc(dx, m, n, config.rows), w, rstd, dh, dy_b, dy_c, dw, partial, counters)
+            + (sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
+            (
+                has_w,
+                dh2 is not None,
+                parts,
+                sum_dtype,
+                llama,
+                _TL_DTYPES[acc],
+                _TL_DTYPES[dw_acc],
+                block,
+            )
             + (n // min(n, TMA_CHUNK), min(n, TMA_CHUNK), config.rows, config.stages, tree)
             + (config.fanout,),
             config.num_warps,
@@ -359,10 +378,19 @@ def launch_backward(
     elif config.rows > 1:
         BACKWARD_ROWS.launch(
             (groups,),
-            (dy2, x2, w, rstd, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)
-            + (config.rows_per_program,),
+            (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dw, partial, counters, sdy, sx, sdh, sw)
+            + (s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
+            (
+                has_w,
+                dh2 is not None,
+                parts,
+                sum_dtype,
+                llama,
+                _TL_DTYPES[acc],
+                _TL_DTYPES[dw_acc],
+                block,
+            )
             + (config.rows, config.stages, tree, config.fanout),
             config.num_warps,
             1,
@@ -372,10 +400,20 @@ def launch_backward(
     else:
         BACKWARD.launch(
             (groups, tiles),
-            (dy2, x2, w, rstd, mean_ux, dh, dx, dw, partial, counters, sdy, sx, sdh, sw, m, n)
-            + (config.rows_per_program,),
+            (dy2, x2, w, rstd, mean_ux, dh, dy_b, dy_c, dx, dw, partial, counters, sdy, sx, sdh)
+            + (sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            (has_w, dh2 is not None, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc], block, one_tile)
+            (
+                has_w,
+                dh2 is not None,
+                parts,
+                sum_dtype,
+                llama,
+                _TL_DTYPES[acc],
+                _TL_DTYPES[dw_acc],
+                block,
+                one_tile,
+            )
             + (config.stages, tree, config.fanout),
             config.num_warps,
             1,

@@ -10,7 +10,7 @@ from hf_models import tiny_model, tokens
 from torch._inductor import config as inductor_config
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel import inductor_fusion
+from rmsnorm_kernel import inductor_dy_sums, inductor_fusion
 from rmsnorm_kernel.integrations.transformers import patch, unpatch
 
 
@@ -49,12 +49,14 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
     # Of the norms on the residual stream (two per layer, and the final one; qwen3's per-head
     # q/k norms and gemma3's norms of block outputs are not), every one but the first reads a
     # residual sum, and every one but the last (its input has no other user) has its gradient
-    # accumulated with the stream's.
+    # accumulated with the stream's. The two norms of each layer feed q / k / v and gate / up:
+    # their dy is a sum of those projections' input gradients.
     assert done == {
         "forward_residual": 2 * layers,
         "backward_accumulate": 2 * layers,
         "forward_cast": 0,  # float32 throughout: no cast after a norm
         "backward_cast": 0,
+        "backward_dy_sum": 2 * layers,
         "backward_gemm_sum": 0,
     }
     _assert_matches_eager(model, ids, logits, grads)
@@ -96,6 +98,7 @@ def test_gemm_sums_fold_the_projections_input_gradients(device, fresh_inductor, 
     logits, grads = _loss_and_grads(torch.compile(model, options=options), ids)
     done = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
     assert done["backward_gemm_sum"] == 3 * layers, done
+    assert done["backward_dy_sum"] == 0, done  # the sums went into the GEMMs first
     _assert_matches_eager(model, ids, logits, grads)
     unpatch(model)
 
@@ -121,8 +124,39 @@ def test_autocast_casts_go_into_the_kernels_without_changing_a_bit(device, fresh
     layers = model.config.num_hidden_layers
     assert runs["pass done"]["forward_cast"] == 2 * layers + 1, runs["pass done"]
     assert runs["pass done"]["backward_cast"] == 1, runs["pass done"]  # the final norm's
+    # the bfloat16 sums of the projections' input gradients, read by the kernel
+    assert runs["pass done"]["backward_dy_sum"] == 2 * layers, runs["pass done"]
     assert not any(runs["no pass done"].values())
     (logits, grads), (ref_logits, ref_grads) = runs["pass"], runs["no pass"]
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
+    assert grads.keys() == ref_grads.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_projection_gradient_sums_go_into_the_kernel_without_changing_a_bit(
+    device, dtype, fresh_inductor, monkeypatch
+):
+    """A 16-bit model (as the shared probes train it): each norm's dy is the sum of the q / k / v
+    (or gate / up) projections' input gradients, which Inductor adds in float32 and rounds once.
+    The backward kernel reads the GEMM outputs and sums them the same way: logits and gradients
+    equal, bit for bit, the same compile with that one rewrite switched off."""
+    runs = {}
+    for name in ("fold", "no fold"):
+        torch._dynamo.reset()
+        if name == "no fold":
+            monkeypatch.setattr(inductor_dy_sums, "dy_parts", lambda dy: None)
+        model = tiny_model("llama").to(device, dtype).train()
+        patch(model, inductor_fusion=False)
+        before = dict(inductor_fusion.REWRITES)
+        options = {"post_grad_custom_post_pass": inductor_fusion.RMSNormFusionPass()}
+        runs[name] = _loss_and_grads(torch.compile(model, options=options), tokens().to(device))
+        runs[name + " done"] = {k: inductor_fusion.REWRITES[k] - before[k] for k in before}
+    layers = model.config.num_hidden_layers
+    assert runs["fold done"]["backward_dy_sum"] == 2 * layers, runs["fold done"]
+    assert runs["no fold done"]["backward_dy_sum"] == 0
+    (logits, grads), (ref_logits, ref_grads) = runs["fold"], runs["no fold"]
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
     assert grads.keys() == ref_grads.keys()
     for name, g in grads.items():
