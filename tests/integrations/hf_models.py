@@ -66,3 +66,11 @@ def logits_and_grads(model, ids) -> tuple[torch.Tensor, dict[str, torch.Tensor]]
     out.loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     return out.logits.detach().clone(), grads
+
+
+def distinct_tokens(batch: int = 2, seq: int = 8, seed: int = 1) -> torch.Tensor:
+    """``(batch, seq)`` int64 token ids, no id twice: for bit-for-bit comparisons on CUDA, where
+    the embedding's gradient adds each position's row with an atomic add (a repeated id would
+    sum its rows in a varying order)."""
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randperm(VOCAB - 3, generator=generator)[: batch * seq] + 3).view(batch, seq)
