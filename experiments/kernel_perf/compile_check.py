@@ -64,6 +64,8 @@ def t(*shape, dtype=torch.float32):
 
 
 DT = {torch.float32: tl.float32, torch.float64: tl.float64}
+#: The folded dy sum's rounding dtype (DY_SUM): dy's own.
+STORED = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, **DT}
 
 
 def variants():
@@ -130,8 +132,9 @@ def cluster_variants():
     for n, warps, ctas in CLUSTER_BWD:
         x, w, rstd = t(m, n, dtype=torch.bfloat16), t(n, dtype=torch.bfloat16), t(m)
         part, cnt, dwt = t(8, n), t(8, dtype=torch.int32), t(n, dtype=torch.bfloat16)
-        args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 1, m, n, 8, 0.0, 0.0)
-        consts = (True, False, False, tl.float32, tl.float32, n, True, 1, False, 8)
+        args = (x, x, w, rstd, rstd, x, x, x, x, dwt, part, cnt, n, n, n, 1, 0, 0, m, n, 8)
+        args += (0.0, 0.0)
+        consts = (True, False, 1, tl.bfloat16, False, tl.float32, tl.float32, n, True, 1, False, 8)
         for c in (1, ctas):
             name = f"cluster bwd N={n} w={warps} ctas={c}"
             yield name, kernels.rmsnorm_backward_kernel, args + consts, warps, 1, c
@@ -142,20 +145,23 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
     bwd = config.backward_config(m, n, 0, acc == torch.float64, itemsize=dtype.itemsize)
     tiles, groups = bwd.tiles_for(n), bwd.groups
     if not bwd.one_tile:
-        args = (x, x, w, rstd, n, n, 1, n, 0.0, 0.0, True, DT[acc], config.ROW_DOT_BLOCK)
-        yield (
-            f"row_dot {dtype} N={n}",
-            kernels.rmsnorm_row_dot_kernel,
-            args,
-            config.ROW_DOT_WARPS,
-        )
+        for parts in (1, 3):
+            args = (x, x, w, rstd, x, x, n, n, 1, n, n, n, 0.0, 0.0, True, parts, STORED[dtype])
+            yield (
+                f"row_dot {dtype} N={n} dy_parts={parts}",
+                kernels.rmsnorm_row_dot_kernel,
+                args + (DT[acc], config.ROW_DOT_BLOCK),
+                config.ROW_DOT_WARPS,
+            )
     part64 = t(groups, n, dtype=torch.float64)
     sum_args = (part64, t(n, dtype=w_dtype), groups, n)
     sum_args += (config.SUM_BLOCK_G, config.SUM_BLOCK_N)
     yield f"dw_sum {w_dtype} N={n}", kernels.dweight_sum_kernel, sum_args, 4
-    for has_w, has_dh, dw64, tree, llama in itertools.product(
-        (True, False), (True, False), (True, False), (True, False), (False, True)
+    for has_w, has_dh, dw64, tree, llama, parts in itertools.product(
+        (True, False), (True, False), (True, False), (True, False), (False, True), (1, 3)
     ):
+        if parts == 3 and (dw64 or tree):  # the dy sum is independent of the dweight finish
+            continue
         dw_acc = torch.float64 if dw64 or acc == torch.float64 else torch.float32
         part = t(groups, n, dtype=torch.float64)
         cnt = t(tiles * groups, dtype=torch.int32)
@@ -163,11 +169,13 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
         rpp = bwd.rows_per_program
         name = (
             f"{dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
-            f"llama={llama} N={n} M={m} stages={bwd.stages}"
+            f"llama={llama} dy_parts={parts} N={n} M={m} stages={bwd.stages}"
         )
+        sums = (has_w, has_dh, parts, STORED[dtype], llama)
         if bwd.rows > 1:  # the several-rows kernel: no MEAN_UX, no column tiles
-            args = (x, x, w, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
-            consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.rows)
+            args = (x, x, w, rstd, x, x, x, x, dwt, part, cnt, n, n, n, 3, n, n, m, n, rpp)
+            args += (0.0, 0.0)
+            consts = (*sums, DT[acc], DT[dw_acc], bwd.block, bwd.rows)
             consts += (bwd.stages, tree, bwd.fanout)
             yield (
                 f"bwd_rows {name} rows={bwd.rows}",
@@ -177,8 +185,9 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
                 bwd.stages,
             )
             continue
-        args = (x, x, w, rstd, rstd, x, x, dwt, part, cnt, n, n, n, 3, m, n, rpp, 0.0, 0.0)
-        consts = (has_w, has_dh, llama, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
+        args = (x, x, w, rstd, rstd, x, x, x, x, dwt, part, cnt, n, n, n, 3, n, n, m, n, rpp)
+        args += (0.0, 0.0)
+        consts = (*sums, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
         consts += (bwd.stages, tree, bwd.fanout)
         yield f"bwd {name}", kernels.rmsnorm_backward_kernel, args + consts, bwd.num_warps
 

@@ -111,11 +111,11 @@ def test_patched_model_with_a_strided_norm_weight(dtype, device):
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3"])
-def test_patched_model_on_meta_has_the_real_shapes(family):
+def test_patched_model_on_meta_has_the_real_shapes(device, family):
     """A model moved to the meta device (shape and memory planning before weights are loaded)
     runs its patched norms there: the logits and every gradient have the shapes and dtypes of
     the same model on CPU, and no kernel runs."""
-    real = tiny_model(family).to(torch.bfloat16)
+    real = tiny_model(family).to(device, torch.bfloat16)
     meta = tiny_model(family).to(torch.bfloat16).to("meta")
     for model in (real, meta):
         patch(model, inductor_fusion=False)
@@ -123,7 +123,8 @@ def test_patched_model_on_meta_has_the_real_shapes(family):
     out = meta(tokens().to("meta"), labels=tokens().to("meta"))
     out.loss.backward()
     assert rk.CALLS == before
-    ref = real(tokens(), labels=tokens())
+    ids = tokens().to(device)
+    ref = real(ids, labels=ids)
     ref.loss.backward()
     assert (out.logits.shape, out.logits.dtype) == (ref.logits.shape, ref.logits.dtype)
     # (moving Gemma3 to meta unties its lm_head from the embedding: compare real's parameters)

@@ -36,12 +36,12 @@ def _call(device, xd, wd, rd, rounding):
 
 
 @pytest.mark.parametrize(("xd", "wd", "rd", "rounding"), CASES)
-def test_meta_and_fake_match_a_real_call(xd, wd, rd, rounding):
-    real = _call("cpu", xd, wd, rd, rounding)
+def test_meta_and_fake_match_a_real_call(device, xd, wd, rd, rounding):
+    real = _call(device, xd, wd, rd, rounding)
     before = dict(rk.CALLS)
     assert _call("meta", xd, wd, rd, rounding) == real
-    with FakeTensorMode():
-        assert _call("cpu", xd, wd, rd, rounding) == real
+    with FakeTensorMode():  # fake tensors of the kernels' own device
+        assert _call(device, xd, wd, rd, rounding) == real
     assert rk.CALLS == before, "no kernel ran for meta or fake tensors"
 
 
@@ -60,17 +60,17 @@ def test_meta_input_is_still_checked():
         rk.rmsnorm(x, torch.ones(8), 1e-6)
 
 
-def test_jit_trace_records_the_op_not_a_constant():
+def test_jit_trace_records_the_op_not_a_constant(device):
     """``torch.jit.trace`` records dispatcher ops: the norm goes through the registered op, so
     the traced module computes it for new inputs (other shapes too) instead of replaying the
     traced call's output, and its backward runs."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), rk.RMSNorm(8, eps=1e-6))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), rk.RMSNorm(8, eps=1e-6)).to(device)
     with warnings.catch_warnings():  # the contract's Python shape checks: TracerWarnings
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        traced = torch.jit.trace(model, torch.randn(2, 8))
+        traced = torch.jit.trace(model, torch.randn(2, 8, device=device))
     assert "rmsnorm_kernel::rmsnorm_fwd" in str(traced.inlined_graph)
-    x = torch.randn(5, 8, requires_grad=True)
+    x = torch.randn(5, 8, device=device, requires_grad=True)
     torch.testing.assert_close(traced(x), model(x), atol=0.0, rtol=0.0)
     traced(x).sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0
