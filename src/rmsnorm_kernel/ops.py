@@ -352,6 +352,9 @@ def launch_backward(
         dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
     else:
         dh, sdh = dy2, 0
+    # The constexprs every backward kernel starts with (kernels.py: HAS_WEIGHT ... BLOCK).
+    flags = (has_w, dh2 is not None, parts, sum_dtype, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc])
+    flags += (block,)
     if config.tma:
         BACKWARD_TMA.launch(
             (groups,),
@@ -359,16 +362,7 @@ def launch_backward(
             + (_rows_desc(dx, m, n, config.rows), w, rstd, dh, dy_b, dy_c, dw, partial, counters)
             + (sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            (
-                has_w,
-                dh2 is not None,
-                parts,
-                sum_dtype,
-                llama,
-                _TL_DTYPES[acc],
-                _TL_DTYPES[dw_acc],
-                block,
-            )
+            flags
             + (n // min(n, TMA_CHUNK), min(n, TMA_CHUNK), config.rows, config.stages, tree)
             + (config.fanout,),
             config.num_warps,
@@ -381,17 +375,7 @@ def launch_backward(
             (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dw, partial, counters, sdy, sx, sdh, sw)
             + (s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            (
-                has_w,
-                dh2 is not None,
-                parts,
-                sum_dtype,
-                llama,
-                _TL_DTYPES[acc],
-                _TL_DTYPES[dw_acc],
-                block,
-            )
-            + (config.rows, config.stages, tree, config.fanout),
+            flags + (config.rows, config.stages, tree, config.fanout),
             config.num_warps,
             1,
             index,
@@ -403,18 +387,7 @@ def launch_backward(
             (dy2, x2, w, rstd, mean_ux, dh, dy_b, dy_c, dx, dw, partial, counters, sdy, sx, sdh)
             + (sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            (
-                has_w,
-                dh2 is not None,
-                parts,
-                sum_dtype,
-                llama,
-                _TL_DTYPES[acc],
-                _TL_DTYPES[dw_acc],
-                block,
-                one_tile,
-            )
-            + (config.stages, tree, config.fanout),
+            flags + (one_tile, config.stages, tree, config.fanout),
             config.num_warps,
             1,
             index,

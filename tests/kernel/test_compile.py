@@ -57,7 +57,7 @@ def test_opcheck(device):
 
 def test_opcheck_backward_op(device):
     """The same checks of the backward op, with and without dh (what ``inductor_fusion`` passes
-    in), and with Llama's rounding on 16-bit rows."""
+    in), with Llama's rounding on 16-bit rows, and with dy's parts."""
     x = torch.randn(3, 40, device=device)
     w = torch.randn(40, device=device)
     _, _, rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0, False)
@@ -67,6 +67,12 @@ def test_opcheck_backward_op(device):
     torch.library.opcheck(bwd, (dy, dh, x, w, rstd, 1.0, False))
     half = [t.bfloat16() for t in (dy, dh, x)]
     torch.library.opcheck(bwd, (half[0], half[1], half[2], w, rstd, 0.0, True))
+    # the gradient-sum parts (``inductor_dy_sums``): two, three, and bfloat16 ones summed in float32
+    b, c = torch.randn(3, 40, device=device), torch.randn(3, 40, device=device)
+    torch.library.opcheck(bwd, (dy, dh, x, w, rstd, 0.0, False, b))
+    torch.library.opcheck(bwd, (dy, None, x, w, rstd, 0.0, False, b, c))
+    parts = [t.bfloat16() for t in (dy, b, c)]
+    torch.library.opcheck(bwd, (parts[0], None, x, w, rstd, 0.0, False, *parts[1:], torch.float32))
 
 
 def test_double_backward_through_the_op(device):

@@ -122,3 +122,34 @@ def test_bad_parts_are_refused_by_name_before_a_launch(change, match, monkeypatc
     with pytest.raises(ContractValueError, match=r"dy_c needs dy_b"):
         BWD(a, None, x, w, rstd, 0.0, False, None, b)
     assert not launched
+
+
+def test_widened_parts_round_the_sum_to_dy_dtype():
+    """bfloat16 parts with ``dy_dtype=float32`` (autocast's widened GEMM outputs): the float32
+    sum of their values, not rounded back to bfloat16."""
+    m, n = 5, 40
+    x, w, parts = _parts(m, n, torch.float32, 3, seed=2)
+    _, _, rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)
+    narrow = [p.bfloat16() for p in parts]
+    want = BWD(_stored_sum([p.float() for p in narrow]), None, x, w, rstd, 0.0)
+    got = BWD(narrow[0], None, x, w, rstd, 0.0, False, narrow[1], narrow[2], torch.float32)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    rounded = BWD(narrow[0], None, x, w, rstd, 0.0, False, narrow[1], narrow[2])
+    assert not torch.equal(rounded[0], want[0])  # the default rounds to the parts' bfloat16
+
+
+@pytest.mark.parametrize(
+    ("parts", "dy_dtype", "match"),
+    [
+        (0, torch.float32, r"dy_dtype is the dtype of a sum: it needs dy_b"),
+        (1, torch.float16, r"dy_dtype must be a dtype that dy's \(torch.bfloat16\) converts into"),
+        (1, torch.float64, r"summed in x's accumulator, torch.float32"),
+    ],
+)
+def test_bad_dy_dtype_is_refused_by_name(parts, dy_dtype, match):
+    m, n = 4, 32
+    x, w, dys = _parts(m, n, torch.bfloat16, 2)
+    _, _, rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)
+    extra = dys[1 : 1 + parts] + [None] * (2 - parts)
+    with pytest.raises(ContractValueError, match=match):
+        BWD(dys[0], None, x, w, rstd, 0.0, False, *extra, dy_dtype)

@@ -6,12 +6,16 @@ Prints, per variant: wall time per step, GPU kernel time per step, their gap (ho
 the GPU waited), the kernels whose names mention a norm, and the top kernels by GPU time. Run on a
 GPU box from the repo root:
     PYTHONPATH=src python3 experiments/llama/probes/profile_step.py H LAYERS BATCH SEQ VARIANT...
-VARIANT: hf | ours | ours_fused | liger, each optionally suffixed ``+compile``.
+VARIANT: hf | ours | ours_fused | liger, each optionally suffixed ``+compile``. ``AMP=1`` in the
+environment: the experiment's bf16-mixed instead (float32 weights, the step under bfloat16
+autocast, as Lightning's ``precision=bf16-mixed`` runs it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 
@@ -28,8 +32,13 @@ cfg = llama_config(hidden, layers, seq)
 ids = token_ids(batch, seq)
 
 
+AMP = os.environ.get("AMP") == "1"
+
+
 def step(run, opt):
-    out = run(ids, labels=ids)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if AMP else contextlib.nullcontext()
+    with amp:
+        out = run(ids, labels=ids)
     out.loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -40,7 +49,9 @@ for variant in variants:
     name, _, mode = variant.partition("+")
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+        model = LlamaForCausalLM(cfg)
+        if not AMP:
+            model = model.to(torch.bfloat16)
     if name == "ours":
         patch(model)
     elif name == "ours_fused":
