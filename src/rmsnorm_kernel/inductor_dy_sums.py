@@ -105,5 +105,5 @@ def dy_parts(dy: object) -> tuple[list[torch.fx.Node], list[torch.fx.Node], torc
         if len({val(p).dtype for p in parts}) != 1:
             continue
         converts = [conv for _, conv in sources if conv is not None]
-        return parts, adds + converts, val(dy).dtype
+        return parts, list(dict.fromkeys(adds + converts)), val(dy).dtype  # x + x: once
     return None

@@ -296,7 +296,7 @@ def _fuse_backward_dy_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     """``rmsnorm_bwd(dy=(a + b) + c)`` with stored parts: the kernel reads a, b and c
     (:func:`.inductor_dy_sums.dy_parts` says when that is exact)."""
     args = _arguments(node, _BWD)
-    if args["dy_b"] is not None:
+    if args["dy_b"] is not None or args["dh"] is args["dy"]:  # (dh: the sum must stay)
         return False
     found = inductor_dy_sums.dy_parts(args["dy"])
     if found is None:

@@ -132,3 +132,23 @@ def test_emulated_precision_casts_keep_three_part_sums(device):
     with inductor_config.patch(emulate_precision_casts=True):
         assert _rewritten(three, grads, weights, saved, w, rstd)[2] == 0
         assert _rewritten(two, grads[:2], weights[:2], saved, w, rstd)[2] == 1
+
+
+def test_a_sum_of_one_value_with_itself(device):
+    """``c + c`` with ``c`` one widened GEMM output (one node used twice): read as two parts of
+    the same tensor, the conversion removed once; the graph's values."""
+    grads, weights, saved, w, rstd = _inputs(device, torch.bfloat16, 1)
+    saved32 = saved.float()
+    _, _, rstd32 = FWD(saved32, w.float(), None, 1e-6, 0.0)
+
+    def fn(g, wt, saved, w, rstd):
+        c = (g @ wt).to(torch.float32)
+        return BWD(c + c, None, saved, w, rstd, 0.0)
+
+    args = (grads[0], weights[0], saved32, w.float(), rstd32)
+    gm, new, folded = _rewritten(fn, *args)
+    assert folded == 1
+    call = _bwd_call(new)
+    assert call["dy"] is call["dy_b"] and call["dy_c"] is None
+    for got, want in zip(new(*args), gm(*args), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
