@@ -26,8 +26,9 @@ outputs and forms dy itself, rounded as Inductor's fused add rounds it
 (:mod:`.inductor_dy_sums`). With ``gemm_sums=True`` (opt-in; measured slower on the H200) that
 sum goes into GEMM epilogues instead (:mod:`.inductor_gemm_sums`).
 
-The residual and cast rewrites keep every value (bit for bit, except the backward accumulation,
-which rounds once where the graph rounded twice) and change nothing else in the graph. They
+The residual, cast and gradient-sum rewrites keep every value (bit for bit, except the backward
+accumulation, which rounds once where the graph rounded twice; on a GPU its ``dx * r + g`` may
+also contract into one FMA) and change nothing else in the graph. They
 apply only where shapes and devices of both operands match the result (no broadcast, no
 ``alpha``), the dtypes as said (the backward accumulation: all equal), and the order of the
 graph allows it.
