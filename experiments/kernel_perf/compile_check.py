@@ -132,9 +132,10 @@ def cluster_variants():
     for n, warps, ctas in CLUSTER_BWD:
         x, w, rstd = t(m, n, dtype=torch.bfloat16), t(n, dtype=torch.bfloat16), t(m)
         part, cnt, dwt = t(8, n), t(8, dtype=torch.int32), t(n, dtype=torch.bfloat16)
-        args = (x, x, w, rstd, rstd, x, x, x, x, dwt, part, cnt, n, n, n, 1, 0, 0, m, n, 8)
+        args = (x, x, w, rstd, rstd, x, x, x, x, x, dwt, part, cnt, n, n, n, 1, 0, 0, m, n, 8)
         args += (0.0, 0.0)
-        consts = (True, False, 1, tl.bfloat16, False, tl.float32, tl.float32, n, True, 1, False, 8)
+        consts = (True, False, 1, tl.bfloat16, False, False, tl.float32, tl.float32, n, True, 1)
+        consts += (False, 8)
         for c in (1, ctas):
             name = f"cluster bwd N={n} w={warps} ctas={c}"
             yield name, kernels.rmsnorm_backward_kernel, args + consts, warps, 1, c
@@ -171,9 +172,13 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
             f"{dtype}/{w_dtype} w={has_w} dh={has_dh} dw64={dw64} tree={tree} "
             f"llama={llama} dy_parts={parts} N={n} M={m} stages={bwd.stages}"
         )
-        sums = (has_w, has_dh, parts, STORED[dtype], llama)
+        # the pass's three-part dy and, beside float32 rows, dx's bfloat16 copy
+        has_dx2 = parts == 3 and dtype == torch.float32
+        dx2 = t(m, n, dtype=torch.bfloat16) if has_dx2 else x
+        name += f" dx2={has_dx2}"
+        sums = (has_w, has_dh, parts, STORED[dtype], has_dx2, llama)
         if bwd.rows > 1:  # the several-rows kernel: no MEAN_UX, no column tiles
-            args = (x, x, w, rstd, x, x, x, x, dwt, part, cnt, n, n, n, 3, n, n, m, n, rpp)
+            args = (x, x, w, rstd, x, x, x, x, dx2, dwt, part, cnt, n, n, n, 3, n, n, m, n, rpp)
             args += (0.0, 0.0)
             consts = (*sums, DT[acc], DT[dw_acc], bwd.block, bwd.rows)
             consts += (bwd.stages, tree, bwd.fanout)
@@ -185,7 +190,8 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
                 bwd.stages,
             )
             continue
-        args = (x, x, w, rstd, rstd, x, x, x, x, dwt, part, cnt, n, n, n, 3, n, n, m, n, rpp)
+        args = (x, x, w, rstd, rstd, x, x, x, x, dx2, dwt, part, cnt, n, n, n, 3, n, n, m, n)
+        args += (rpp,)
         args += (0.0, 0.0)
         consts = (*sums, DT[acc], DT[dw_acc], bwd.block, bwd.one_tile)
         consts += (bwd.stages, tree, bwd.fanout)

@@ -70,13 +70,18 @@ def _backward(
     llama=False,
     parts=(),
     sum_dtype=None,
+    dx2_dtype=None,
 ):
-    """Upstream grads ``[..., N]`` -> ``(dx [..., N] like dy, dweight (N,) or None)``; ``parts``:
-    more tensors of dy's shape and dtype, the upstream gradient being their sum with dy
-    (rounded once to ``sum_dtype``, default dy's)."""
+    """Upstream grads ``[..., N]`` -> ``(dx [..., N] like dy, dweight (N,) or None, dx2)``;
+    ``parts``: more tensors of dy's shape and dtype, the upstream gradient being their sum with
+    dy (rounded once to ``sum_dtype``, default dy's); ``dx2_dtype``: also dx rounded to this
+    dtype, stored by the same kernel (else dx2 is None)."""
     dy_rows, sdy = ops.rows_of(dy, "dy")
     dh_rows, sdh = (None, 0) if dh is None else ops.rows_of(dh, "dy")
     dy_parts = tuple(ops.rows_of(p, "dy") for p in parts)
+    dx2 = None
+    if dx2_dtype is not None:
+        dx2 = torch.empty(dy_rows.shape, device=dy.device, dtype=dx2_dtype)
     dx, dw = ops.launch_backward(
         dy_rows,
         saved,
@@ -91,11 +96,13 @@ def _backward(
         llama=llama,
         dy_parts=dy_parts,
         dy_sum_dtype=sum_dtype,
+        dx2_out=dx2,
     )
     CALLS["backward"] += 1
     if dy_rows is not dy:
         dx = dx.view(dy.shape)
-    return dx, dw
+        dx2 = None if dx2 is None else dx2.view(dy.shape)
+    return dx, dw, dx2
 
 
 class RMSNormFunction(torch.autograd.Function):
@@ -124,7 +131,7 @@ class RMSNormFunction(torch.autograd.Function):
                 dy, dh, source, weight, ctx.eps, offset, x_dtype, rstd.dtype, ctx.llama
             )
         else:
-            dx, dw = _backward(
+            dx, dw, _ = _backward(
                 dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype, ctx.llama
             )
         return dx, dw, None, None, (dx if has_residual else None), None
@@ -178,18 +185,35 @@ def rmsnorm_bwd(
     dy_b: torch.Tensor | None = None,
     dy_c: torch.Tensor | None = None,
     dy_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns ``(dx [like dy's shape], dweight or empty)``; ``saved`` is the forward's input.
-    ``dy_b`` / ``dy_c`` / ``dy_dtype`` are set only by the Inductor pass: the upstream gradient
-    is then ``(dy + dy_b) + dy_c``, summed in the accumulator and rounded once to ``dy_dtype``
-    (default: the parts' dtype; a wider one under autocast, where the parts were widened before
-    the sum) inside the kernel: what Inductor's fused add of those GEMM outputs stored."""
+    dx2_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Returns ``(dx [like dy's shape], dweight or empty, dx2 or empty)``; ``saved`` is the
+    forward's input. The rest is set only by the Inductor pass. ``dy_b`` / ``dy_c`` /
+    ``dy_dtype``: the upstream gradient is ``(dy + dy_b) + dy_c``, summed in the accumulator and
+    rounded once to ``dy_dtype`` (default: the parts' dtype; a wider one under autocast, where
+    the parts were widened before the sum) inside the kernel: what Inductor's fused add of those
+    GEMM outputs stored. ``dx2_dtype``: dx (float32) also rounded to this narrower dtype, stored
+    by the same kernel (dx2): what a cast of dx gives (the next GEMMs' input under autocast)."""
     parts = _dy_parts(dy, dy_b, dy_c, dy_dtype, saved.dtype)
+    _check_dx2_dtype(dx2_dtype, saved.dtype)
     rows, stride = ops.rows_of(saved, "x")
-    dx, dw = _backward(
-        dy, dh, rows, stride, weight, rstd, offset, saved.dtype, llama, parts, dy_dtype
+    dx, dw, dx2 = _backward(
+        dy, dh, rows, stride, weight, rstd, offset, saved.dtype, llama, parts, dy_dtype, dx2_dtype
     )
-    return dx, (saved.new_empty(0) if dw is None else dw)
+    empty = saved.new_empty(0)
+    return dx, (empty if dw is None else dw), (empty if dx2 is None else dx2)
+
+
+def _check_dx2_dtype(dx2_dtype, x_dtype) -> None:
+    """``dx2_dtype``: None, or float16 / bfloat16 beside a float32 dx (the accumulator's own
+    values, so the kernel's one rounding is the cast's)."""
+    if dx2_dtype is None:
+        return
+    if x_dtype != torch.float32 or dx2_dtype not in (torch.float16, torch.bfloat16):
+        raise ContractValueError(
+            f"dx2_dtype must be float16 or bfloat16 beside a float32 x (got {dx2_dtype} with x "
+            f"{x_dtype})"
+        )
 
 
 def _dy_parts(dy, dy_b, dy_c, dy_dtype, x_dtype) -> tuple[torch.Tensor, ...]:
@@ -218,10 +242,25 @@ def _dy_parts(dy, dy_b, dy_c, dy_dtype, x_dtype) -> tuple[torch.Tensor, ...]:
 
 
 @rmsnorm_bwd.register_fake
-def _(dy, dh, saved, weight, rstd, offset, llama=False, dy_b=None, dy_c=None, dy_dtype=None):
+def _(
+    dy,
+    dh,
+    saved,
+    weight,
+    rstd,
+    offset,
+    llama=False,
+    dy_b=None,
+    dy_c=None,
+    dy_dtype=None,
+    dx2_dtype=None,
+):
     _dy_parts(dy, dy_b, dy_c, dy_dtype, saved.dtype)
+    _check_dx2_dtype(dx2_dtype, saved.dtype)
     dx = saved.new_empty(dy.shape)
-    return dx, (saved.new_empty(0) if weight is None else torch.empty_like(weight))
+    dw = saved.new_empty(0) if weight is None else torch.empty_like(weight)
+    dx2 = saved.new_empty(0) if dx2_dtype is None else saved.new_empty(dy.shape, dtype=dx2_dtype)
+    return dx, dw, dx2
 
 
 def _fwd_setup_context(ctx, inputs, output):
@@ -244,7 +283,7 @@ def _fwd_backward(ctx, dy, dh, drstd):
             dy, dh, saved, weight, ctx.eps, ctx.offset, saved.dtype, rstd.dtype, ctx.llama
         )
     else:
-        dx, dw = torch.ops.rmsnorm_kernel.rmsnorm_bwd(
+        dx, dw, _ = torch.ops.rmsnorm_kernel.rmsnorm_bwd(
             dy, dh, saved, weight, rstd, ctx.offset, ctx.llama
         )
     dw = dw if weight is not None else None

@@ -19,6 +19,10 @@ Under autocast with a float32 residual stream, two casts sit next to the norm as
   same values, without writing float32 y, reading it back and a cast kernel;
 - backward, ``rmsnorm_bwd(dy=g.to(float32))`` with g bfloat16 (that cast's gradient): the kernel
   reads g, whose values widen exactly (it converts every dy to float32 anyway).
+- backward, ``dx = rmsnorm_bwd(...)[0]`` (float32, the residual stream's gradient) also used
+  through ``dx.to(bfloat16)`` (the input gradient of the GEMMs before the norm): the kernel also
+  stores that copy (``dx2_dtype``, the op's third output), the cast's one rounding of the same
+  values, without reading dx back in a cast kernel.
 
 And the sum of GEMM outputs that forms a norm backward's ``dy`` (the q / k / v, or gate / up,
 projections' input gradients) goes into the backward kernel: it reads the two or three GEMM
@@ -74,6 +78,7 @@ REWRITES = {
     "forward_cast": 0,
     "backward_cast": 0,
     "backward_dy_sum": 0,
+    "backward_dx_cast": 0,
     "backward_gemm_sum": 0,
 }
 
@@ -314,6 +319,40 @@ def _fuse_backward_dy_sum(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     return True
 
 
+def _fuse_backward_dx_cast(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """``dx = rmsnorm_bwd(...)[0]`` (float32) also used through conversions to one narrower dtype
+    (the residual stream's gradient cast to bfloat16 for the GEMMs before it, under autocast):
+    the kernel stores that copy too (``dx2_dtype``, output 2). Exact: dx is the accumulator's
+    values, and the conversion was their one rounding; saves reading dx back and a kernel."""
+    args = _arguments(node, _BWD)
+    items = _getitems(node)
+    if args["dx2_dtype"] is not None or items is None or len(items.get(0, [])) != 1:
+        return False
+    if any(o.users for o in items.get(2, [])):  # output 2 is empty here: must be unused
+        return False
+    dx = items[0][0]
+    dx_val = _val(dx)
+    if not isinstance(dx_val, torch.Tensor) or dx_val.dtype != torch.float32:
+        return False
+    casts = [u for u in dx.users if _cast_to(u) is not None]
+    targets = {_cast_to(u) for u in casts}
+    if len(targets) != 1 or targets & {torch.float32, torch.float64}:
+        return False
+    target = targets.pop()
+    node.args, node.kwargs = _with(node, _BWD, dx2_dtype=target)
+    dx2_val = dx_val.to(target)
+    node.meta["val"] = (*_val(node)[:2], dx2_val)
+    for unused in items.get(2, []):
+        graph.erase_node(unused)
+    with graph.inserting_after(node):
+        dx2 = graph.call_function(operator.getitem, (node, 2))
+    dx2.meta["val"] = dx2_val
+    for cast in casts:
+        cast.replace_all_uses_with(dx2)
+        graph.erase_node(cast)
+    return True
+
+
 def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, int]:
     """Apply the rewrites to a post-grad FX graph in place; returns how many of each."""
     done = dict.fromkeys(REWRITES, 0)
@@ -335,6 +374,8 @@ def fuse_graph(graph: torch.fx.Graph, *, gemm_sums: bool = False) -> dict[str, i
     for node in list(graph.nodes):
         if node.target is _BWD and _fuse_backward_dy_sum(graph, node):
             done["backward_dy_sum"] += 1
+        if node.target is _BWD and _fuse_backward_dx_cast(graph, node):
+            done["backward_dx_cast"] += 1
     for kind, n in done.items():
         REWRITES[kind] += n
     if any(done.values()):

@@ -336,6 +336,7 @@ def rmsnorm_backward_kernel(
     DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
     DY_C,
     DX,  # pointer to the input gradient (M, N), contiguous
+    DX2,  # pointer to a second copy of dx in another dtype (M, N), contiguous (when HAS_DX2)
     DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
     DW_PARTIAL,  # pointer to the per-row-group dweight partials (groups, N): float64 with
     #              TREE, else DW_ACC
@@ -355,6 +356,7 @@ def rmsnorm_backward_kernel(
     HAS_DH: tl.constexpr,
     DY_PARTS: tl.constexpr,  # dy = dy + dy_b (+ dy_c): 1, 2 or 3 parts (_dy_sum)
     DY_SUM: tl.constexpr,  # the sum's dtype (its one rounding)
+    HAS_DX2: tl.constexpr,  # also store dx in DX2's dtype (the Inductor pass's dx cast)
     LLAMA: tl.constexpr,  # the forward rounded x * r to X's dtype: dweight sums dy * that value
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,  # dweight accumulation dtype over this program's rows (registers)
@@ -404,6 +406,8 @@ def rmsnorm_backward_kernel(
         if HAS_DH:
             dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
         tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_DX2:
+            tl.store(DX2 + row * N + cols, dx.to(DX2.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
             dw += _dw_term(dy, x, rstd, LLAMA, X.dtype.element_ty, DW_ACC)
     if HAS_WEIGHT:
@@ -422,6 +426,7 @@ def rmsnorm_backward_rows_kernel(
     DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
     DY_C,
     DX,  # pointer to the input gradient (M, N), contiguous
+    DX2,  # pointer to a second copy of dx in another dtype (M, N), contiguous (when HAS_DX2)
     DW,  # pointer to the weight gradient (N,), weight dtype (written only when HAS_WEIGHT)
     DW_PARTIAL,  # pointer to the per-program dweight partials (groups, N), as in the row kernel
     COUNTERS,  # pointer to int32 tree counters (groups,), zero on entry and on exit
@@ -440,6 +445,7 @@ def rmsnorm_backward_rows_kernel(
     HAS_DH: tl.constexpr,
     DY_PARTS: tl.constexpr,
     DY_SUM: tl.constexpr,
+    HAS_DX2: tl.constexpr,  # also store dx in DX2's dtype (the Inductor pass's dx cast)
     LLAMA: tl.constexpr,
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,
@@ -491,6 +497,9 @@ def rmsnorm_backward_rows_kernel(
             dh = tl.load(DH + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0)
             dx += dh.to(ACC)
         tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_DX2:
+            dx2_ptrs = DX2 + rows[:, None] * N + cols[None, :]
+            tl.store(dx2_ptrs, dx.to(DX2.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
             dw += _dw_term(dy, x, rstd, LLAMA, X.dtype.element_ty, DW_ACC)  # masked rows add 0
     if HAS_WEIGHT:
@@ -519,6 +528,7 @@ def rmsnorm_backward_tma_kernel(
     DH,  # pointer to the gradient of the returned x + residual (read only when HAS_DH)
     DY_B,  # pointers to dy's other parts (read only when DY_PARTS > 1, resp. 3)
     DY_C,
+    DX2,  # pointer to a second copy of dx in another dtype (M, N), contiguous (when HAS_DX2)
     DW,  # pointer to the weight gradient (N,), as in the row kernel
     DW_PARTIAL,  # pointer to the per-program dweight partials (groups, N), as in the row kernel
     COUNTERS,  # pointer to int32 tree counters (groups,), zero on entry and on exit
@@ -535,6 +545,7 @@ def rmsnorm_backward_tma_kernel(
     HAS_DH: tl.constexpr,
     DY_PARTS: tl.constexpr,
     DY_SUM: tl.constexpr,
+    HAS_DX2: tl.constexpr,  # also store dx in DX2's dtype (the Inductor pass's dx cast)
     LLAMA: tl.constexpr,
     ACC: tl.constexpr,
     DW_ACC: tl.constexpr,
@@ -588,6 +599,9 @@ def rmsnorm_backward_tma_kernel(
             dh_ptrs = DH + rows64 * stride_dh + cols[None, :]
             dx += tl.load(dh_ptrs, mask=row_mask[:, None], other=0.0).to(ACC)
         DX_DESC.store([first, 0, 0], tl.reshape(dx.to(DX_DESC.dtype), [ROWS, CHUNKS, CHUNK]))
+        if HAS_DX2:
+            dx2_ptrs = DX2 + rows64 * N + cols[None, :]
+            tl.store(dx2_ptrs, dx.to(DX2.dtype.element_ty), mask=row_mask[:, None])
         if HAS_WEIGHT:
             dw += _dw_term(dy, x, rstd, LLAMA, x_raw.dtype, DW_ACC)  # rows past M add 0
     if HAS_WEIGHT:

@@ -48,13 +48,14 @@ FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel, fresh=("Y", "H", "RSTD"))
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel, fresh=("Y", "H", "RSTD"))
 ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel, fresh=("MEAN_UX",))
 BACKWARD = CachedKernel(
-    kernels.rmsnorm_backward_kernel, fresh=("MEAN_UX", "DX", "DW", "DW_PARTIAL", "COUNTERS")
+    kernels.rmsnorm_backward_kernel,
+    fresh=("MEAN_UX", "DX", "DX2", "DW", "DW_PARTIAL", "COUNTERS"),
 )
 BACKWARD_ROWS = CachedKernel(
-    kernels.rmsnorm_backward_rows_kernel, fresh=("DX", "DW", "DW_PARTIAL", "COUNTERS")
+    kernels.rmsnorm_backward_rows_kernel, fresh=("DX", "DX2", "DW", "DW_PARTIAL", "COUNTERS")
 )
 BACKWARD_TMA = CachedKernel(
-    kernels.rmsnorm_backward_tma_kernel, fresh=("DW", "DW_PARTIAL", "COUNTERS")
+    kernels.rmsnorm_backward_tma_kernel, fresh=("DX2", "DW", "DW_PARTIAL", "COUNTERS")
 )
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel, fresh=("PARTIAL", "DW"))
 #: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
@@ -269,6 +270,7 @@ def launch_backward(
     config: BackwardConfig | None = None,
     dy_parts: tuple[tuple[torch.Tensor, int], ...] = (),
     dy_sum_dtype: torch.dtype | None = None,
+    dx2_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows in: ``(dx, dweight (N,) weight.dtype or None)`` out; ``dx`` (``dx_dtype``) is
     contiguous with ``dy2``'s shape. Rows and strides as in :func:`launch_forward`; ``llama``
@@ -277,7 +279,9 @@ def launch_backward(
     first. dweight is bitwise reproducible for a given config. ``dy_parts``: up to two more
     ``(rows, row stride)`` of dy2's shape and dtype; the kernels read ``(dy + b) + c`` summed in
     the accumulator and rounded once to ``dy_sum_dtype`` (default dy2's; what Inductor's fused
-    add stores; the Inductor pass folds such sums in)."""
+    add stores; the Inductor pass folds such sums in). ``dx2_out``: a fresh contiguous tensor of
+    dx's shape in another dtype, which the kernels fill with dx's values rounded to it (the
+    Inductor pass's dx cast)."""
     n = x2.shape[-1]
     m = rstd.numel()
     dx = _empty_out(dy2, dx_dtype)
@@ -352,14 +356,16 @@ def launch_backward(
         dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
     else:
         dh, sdh = dy2, 0
+    dx2 = dx if dx2_out is None else dx2_out
     # The constexprs every backward kernel starts with (kernels.py: HAS_WEIGHT ... BLOCK).
-    flags = (has_w, dh2 is not None, parts, sum_dtype, llama, _TL_DTYPES[acc], _TL_DTYPES[dw_acc])
-    flags += (block,)
+    flags = (has_w, dh2 is not None, parts, sum_dtype, dx2_out is not None, llama)
+    flags += (_TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
     if config.tma:
         BACKWARD_TMA.launch(
             (groups,),
             (_rows_desc(dy2, m, sdy, config.rows), _rows_desc(x2, m, sx, config.rows))
-            + (_rows_desc(dx, m, n, config.rows), w, rstd, dh, dy_b, dy_c, dw, partial, counters)
+            + (_rows_desc(dx, m, n, config.rows), w, rstd, dh, dy_b, dy_c, dx2, dw, partial)
+            + (counters,)
             + (sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
             flags
@@ -372,8 +378,8 @@ def launch_backward(
     elif config.rows > 1:
         BACKWARD_ROWS.launch(
             (groups,),
-            (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dw, partial, counters, sdy, sx, sdh, sw)
-            + (s_b, s_c, m, n, config.rows_per_program),
+            (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, dw, partial, counters, sdy, sx, sdh)
+            + (sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
             flags + (config.rows, config.stages, tree, config.fanout),
             config.num_warps,
@@ -384,8 +390,8 @@ def launch_backward(
     else:
         BACKWARD.launch(
             (groups, tiles),
-            (dy2, x2, w, rstd, mean_ux, dh, dy_b, dy_c, dx, dw, partial, counters, sdy, sx, sdh)
-            + (sw, s_b, s_c, m, n, config.rows_per_program),
+            (dy2, x2, w, rstd, mean_ux, dh, dy_b, dy_c, dx, dx2, dw, partial, counters, sdy, sx)
+            + (sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
             flags + (one_tile, config.stages, tree, config.fanout),
             config.num_warps,

@@ -70,6 +70,7 @@ def test_compiled_model_folds_every_residual_add(device, fresh_inductor, family)
         "forward_cast": 0,  # float32 throughout: no cast after a norm
         "backward_cast": 0,
         "backward_dy_sum": 2 * layers,
+        "backward_dx_cast": 0,
         "backward_gemm_sum": 0,
     }
     _assert_matches_eager(model, ids, logits, grads)
@@ -121,10 +122,12 @@ def test_autocast_casts_go_into_the_kernels_without_changing_a_bit(
 ):
     """bf16-mixed training (float32 weights, bfloat16 autocast): every norm's float32 output is
     cast to bfloat16 for the next GEMMs, the final norm's gradient arrives as that cast's
-    (widened) gradient, and the other norms' as a float32 sum of widened bfloat16 GEMM outputs.
-    The pass stores the bfloat16 output from the kernel, reads that gradient unwidened and the
-    GEMM outputs themselves: the compiled model gives the same logits and gradients, bit for
-    bit, as the same compile with those rewrites switched off. (Both keep the residual
+    (widened) gradient, the other norms' as a float32 sum of widened bfloat16 GEMM outputs, and
+    their float32 dx is cast to bfloat16 for the GEMMs before them. The pass stores the bfloat16
+    output from the kernel, reads that gradient unwidened and the GEMM outputs themselves, and
+    stores dx's bfloat16 copy from the backward kernel: the compiled model gives the same logits
+    and gradients, bit for bit, as the same compile with those rewrites switched off. (Both
+    keep the residual
     rewrites: the gradient accumulation is not bit for bit by design, one rounding where the
     graph has two; on the GPU the kernel's ``dx * r + g`` contracts into one FMA.)"""
     runs = {}
@@ -133,6 +136,7 @@ def test_autocast_casts_go_into_the_kernels_without_changing_a_bit(
         if name == "exact rewrites off":
             monkeypatch.setattr(inductor_fusion, "_fuse_forward_cast", lambda g, n: False)
             monkeypatch.setattr(inductor_fusion, "_fuse_backward_cast", lambda g, n: False)
+            monkeypatch.setattr(inductor_fusion, "_fuse_backward_dx_cast", lambda g, n: False)
             monkeypatch.setattr(inductor_dy_sums, "dy_parts", lambda dy: None)
         else:
             monkeypatch.undo()
@@ -150,8 +154,11 @@ def test_autocast_casts_go_into_the_kernels_without_changing_a_bit(
     assert runs["pass done"]["backward_cast"] == 1, runs["pass done"]  # the final norm's
     # the bfloat16 sums of the projections' input gradients, read by the kernel
     assert runs["pass done"]["backward_dy_sum"] == 2 * layers, runs["pass done"]
+    # the residual stream's gradient cast to bfloat16 for the GEMMs before each norm but the first
+    assert runs["pass done"]["backward_dx_cast"] == 2 * layers, runs["pass done"]
     off = runs["exact rewrites off done"]
-    assert off["forward_cast"] == off["backward_cast"] == off["backward_dy_sum"] == 0, off
+    exact = ("forward_cast", "backward_cast", "backward_dy_sum", "backward_dx_cast")
+    assert not any(off[kind] for kind in exact), off
     assert off["forward_residual"] == runs["pass done"]["forward_residual"] == 2 * layers
     _assert_bitwise(runs["pass"], runs["exact rewrites off"])
 

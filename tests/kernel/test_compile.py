@@ -73,6 +73,8 @@ def test_opcheck_backward_op(device):
     torch.library.opcheck(bwd, (dy, None, x, w, rstd, 0.0, False, b, c))
     parts = [t.bfloat16() for t in (dy, b, c)]
     torch.library.opcheck(bwd, (parts[0], None, x, w, rstd, 0.0, False, *parts[1:], torch.float32))
+    # and dx's bfloat16 copy (the dx cast)
+    torch.library.opcheck(bwd, (dy, dh, x, w, rstd, 0.0, False, None, None, None, torch.bfloat16))
 
 
 def test_double_backward_through_the_op(device):
@@ -106,7 +108,7 @@ def test_double_backward_through_the_op(device):
     # The backward op itself is not differentiable: a clear error, never a silent zero.
     rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)[2]
     dy = torch.randn_like(x, requires_grad=True)
-    dx, _ = torch.ops.rmsnorm_kernel.rmsnorm_bwd(dy, None, x.detach(), w.detach(), rstd, 0.0)
+    dx, _, _ = torch.ops.rmsnorm_kernel.rmsnorm_bwd(dy, None, x.detach(), w.detach(), rstd, 0.0)
     try:
         dx.sum().backward()
     except RuntimeError as err:

@@ -2,7 +2,8 @@
 pass): with dy = ``(a + b) + c`` summed in the accumulator and rounded once to dy's dtype (what
 Inductor's fused add stores), every backward kernel (one tile, several rows a step, column tiles
 after the row reduction, tensor descriptors) gives bit for bit what it gives for that dy stored
-first; the op refuses parts of another shape, dtype or device by name, before any output."""
+first; the op refuses parts of another shape, dtype or device by name, before any output. And
+the second dx copy (``dx2_dtype``, the pass's dx cast): bit for bit dx's cast, in every kernel."""
 
 from __future__ import annotations
 
@@ -153,3 +154,35 @@ def test_bad_dy_dtype_is_refused_by_name(parts, dy_dtype, match):
     extra = dys[1 : 1 + parts] + [None] * (2 - parts)
     with pytest.raises(ContractValueError, match=match):
         BWD(dys[0], None, x, w, rstd, 0.0, False, *extra, dy_dtype)
+
+
+@pytest.mark.parametrize("kernel", ["one tile", "rows", "column tiles", "descriptors"])
+@pytest.mark.parametrize("narrow", [torch.bfloat16, torch.float16])
+def test_every_kernel_stores_the_dx_copy_as_its_cast(kernel, narrow):
+    """``dx2_out``: every backward kernel also stores dx rounded to the narrow dtype, bit for bit
+    ``dx.to(narrow)``, and dx and dweight stay as without it."""
+    m, n = 11, 64
+    x, w, (dy, dh) = _parts(m, n, torch.float32, 2, seed=3)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, torch.float32)
+    cfg = _configs(m, n)[kernel]
+    want = ops.launch_backward(dy, x, w, rstd, 0.0, dh, torch.float32, config=cfg)
+    dx2 = torch.empty(m, n, device=DEVICE, dtype=narrow)
+    got = ops.launch_backward(dy, x, w, rstd, 0.0, dh, torch.float32, config=cfg, dx2_out=dx2)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(dx2, want[0].to(narrow))
+
+
+@pytest.mark.parametrize(
+    ("x_dtype", "dx2_dtype"),
+    [
+        (torch.bfloat16, torch.float16),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float32),
+    ],
+)
+def test_bad_dx2_dtype_is_refused_by_name(x_dtype, dx2_dtype):
+    m, n = 4, 32
+    x, w, (dy,) = _parts(m, n, x_dtype, 1)
+    _, _, rstd = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, w, None, 1e-6, 0.0)
+    with pytest.raises(ContractValueError, match=r"dx2_dtype must be float16 or bfloat16 beside"):
+        BWD(dy, None, x, w, rstd, 0.0, False, None, None, None, dx2_dtype)

@@ -91,7 +91,7 @@ def test_forward_folds_a_narrower_residual_bit_for_bit(device, swap):
 
 def test_backward_accumulation_is_folded(device):
     def fn(dy, g, saved, w, rstd):
-        dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
+        dx, dw, _ = BWD(dy, None, saved, w, rstd, 0.0, False)
         return dx + g, dw
 
     m, n = 7, 96
@@ -115,12 +115,12 @@ def test_backward_waits_for_a_later_gradient(device):
     user would then come before the call."""
 
     def later(dy, z, saved, w, rstd):
-        dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
+        dx, dw, _ = BWD(dy, None, saved, w, rstd, 0.0, False)
         g = torch.sin(z)
         return dx + g, dw * 2
 
     def blocked(dy, z, saved, w, rstd):
-        dx, dw = BWD(dy, None, saved, w, rstd, 0.0, False)
+        dx, dw, _ = BWD(dy, None, saved, w, rstd, 0.0, False)
         dw2 = dw * 2
         g = torch.sin(z + dw2.sum())
         return dx + g, dw2
@@ -153,7 +153,7 @@ def test_what_is_left_alone(device, case):
 
     def bwd_case(dy, g, saved, w, rstd):
         dh = g if case == "dh_set" else None
-        dx, _ = BWD(dy, dh, saved, w, rstd, 0.0, False)
+        dx, _, _ = BWD(dy, dh, saved, w, rstd, 0.0, False)
         return (dx + g, dx * 3) if case == "dx_used_twice" else dx + g
 
     a, b = torch.randn(4, n, device=device), torch.randn(4, n, device=device)
@@ -255,8 +255,15 @@ def test_compiled_block_under_autocast(device, fresh_inductor):
     out.float().square().sum().backward()
     done = {k: fusion.REWRITES[k] - before[k] for k in before}
     # and each norm's float32 output cast to bfloat16 for the linear layer: stored as bfloat16 by
-    # the kernel, the cast's gradient read unwidened
-    assert done == _only(forward_residual=1, backward_accumulate=2, forward_cast=2, backward_cast=2)
+    # the kernel, the cast's gradient read unwidened; h's gradient (the second norm's dx) is also
+    # the first linear layer's output gradient, cast to bfloat16: stored by the kernel too
+    assert done == _only(
+        forward_residual=1,
+        backward_accumulate=2,
+        forward_cast=2,
+        backward_cast=2,
+        backward_dx_cast=1,
+    )
     got = x.grad.clone()
     x.grad = None
     with torch.autocast(device, dtype=torch.bfloat16):
@@ -276,7 +283,7 @@ def test_forward_cast_is_stored_by_the_kernel(device):
     def fn(x, w, g):
         y, _, rstd = FWD(x, w, None, 1e-6, 0.0, True)
         low = y.to(torch.bfloat16)
-        dx, dw = BWD(g.to(torch.float32), None, x, w, rstd, 0.0, True)
+        dx, dw, _ = BWD(g.to(torch.float32), None, x, w, rstd, 0.0, True)
         return low * 2, low + 1, dx, dw
 
     x, w = torch.randn(6, 96, device=device), torch.randn(96, device=device)
@@ -291,6 +298,50 @@ def test_forward_cast_is_stored_by_the_kernel(device):
     for got, want in zip(new(x, w, g), gm(x, w, g), strict=True):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dh", [False, True])
+def test_dx_cast_is_stored_by_the_kernel(device, dh):
+    """A float32 dx used as it is (the residual stream's gradient) and through casts to bfloat16
+    (the GEMMs' input gradient under autocast): the kernel stores the bfloat16 copy as a third
+    output, bit for bit the casts' values, and the casts are gone."""
+
+    def fn(x, w, g, h):
+        _, _, rstd = FWD(x, w, None, 1e-6, 0.0, False)
+        dx, dw, _ = BWD(g, h if dh else None, x, w, rstd, 0.0, False)
+        return dx * 3, dx.to(torch.bfloat16) * 2, dx.to(torch.bfloat16) + 1, dw
+
+    x, w = torch.randn(6, 96, device=device), torch.randn(96, device=device)
+    g, h = torch.randn(6, 96, device=device), torch.randn(6, 96, device=device)
+    gm = _trace(fn, x, w, g, h)
+    new, done = _fused(gm)
+    assert done == _only(backward_dx_cast=1)
+    (bwd,) = [n for n in new.graph.nodes if n.target is BWD]
+    assert fusion._arguments(bwd, BWD)["dx2_dtype"] is torch.bfloat16
+    assert not [n for n in new.graph.nodes if fusion._cast_to(n) is not None]
+    for got, want in zip(new(x, w, g, h), gm(x, w, g, h), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["two_targets", "float64", "16bit_dx"])
+def test_dx_casts_left_alone(device, case):
+    """Only where dx is float32 and every cast goes to one narrower dtype."""
+    dtype = torch.bfloat16 if case == "16bit_dx" else torch.float32
+
+    def fn(x, w, g):
+        _, _, rstd = FWD(x, w, None, 1e-6, 0.0, False)
+        dx, dw, _ = BWD(g, None, x, w, rstd, 0.0, False)
+        if case == "two_targets":
+            return dx.to(torch.bfloat16), dx.to(torch.float16), dw
+        if case == "float64":
+            return dx.to(torch.float64), dw
+        return dx.to(torch.float32), dw
+
+    x, w = torch.randn(6, 96, device=device).to(dtype), torch.randn(96, device=device)
+    g = torch.randn(6, 96, device=device).to(dtype)
+    _, done = _fused(_trace(fn, x, w, g))
+    assert done["backward_dx_cast"] == 0
 
 
 @pytest.mark.parametrize("case", ["also_float32", "two_targets", "widening", "float16_stream"])
