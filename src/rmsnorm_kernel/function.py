@@ -78,7 +78,7 @@ def _backward(
     dtype, stored by the same kernel (else dx2 is None)."""
     dy_rows, sdy = ops.rows_of(dy, "dy")
     dh_rows, sdh = (None, 0) if dh is None else ops.rows_of(dh, "dy")
-    dy_parts = tuple(ops.rows_of(p, "dy") for p in parts)
+    dy_parts = tuple(ops.rows_of(p, "dy") for p in parts) if parts else ()
     dx2 = None
     if dx2_dtype is not None:
         dx2 = torch.empty(dy_rows.shape, device=dy.device, dtype=dx2_dtype)

@@ -331,7 +331,8 @@ def launch_backward(
     w = weight if has_w else x2
     parts = 1 + len(dy_parts)
     sum_dtype = _TL_STORED[dy2.dtype if dy_sum_dtype is None else dy_sum_dtype]
-    (dy_b, s_b), (dy_c, s_c) = (*dy_parts, *[(dy2, 0)] * (3 - parts))
+    # Absent parts: dy itself as the placeholder pointer (never read: DY_PARTS is a constexpr).
+    (dy_b, s_b), (dy_c, s_c) = (*dy_parts, (dy2, 0), (dy2, 0))[:2]
     mean_ux = rstd  # placeholder pointer when the row reduction happens in the tile kernel
     if not one_tile:
         mean_ux = torch.empty_like(rstd)
