@@ -925,6 +925,7 @@ def part_ctaspkg(rows):
 
 
 #: Shapes of part tmasweep: widths the TMA backward does not take yet (BWD_TMA), at M x N = 64M.
+#: ``TMA_SWEEP="MxN:dtype,..."`` in the environment replaces them (e.g. one width over several M).
 TMA_SWEEP = [
     (262144, 256, torch.bfloat16),
     (32768, 2048, torch.bfloat16),
@@ -933,6 +934,11 @@ TMA_SWEEP = [
     (65536, 1024, torch.float32),
     (131072, 512, torch.float32),
 ]
+if os.environ.get("TMA_SWEEP"):
+    TMA_SWEEP = [
+        (int(shape.split("x")[0]), int(shape.split("x")[1]), getattr(torch, dtype))
+        for shape, dtype in (item.split(":") for item in os.environ["TMA_SWEEP"].split(","))
+    ]
 
 
 def part_tmasweep(rows):

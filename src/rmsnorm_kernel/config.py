@@ -163,12 +163,16 @@ SMALL_PIPELINE_MIN_BLOCK = 1024
 #: 131072 rows, 26.2 / 35.5 / 62.0 / 110.9 / 207.2 / 402.1 us vs 30.2 / 43.2 / 68.8 / 117.4 /
 #: 222.1 / 418.8; bf16 4096 columns, 4096 to 32768 rows, 34.3 / 61.0 / 112.6 / 213.9 vs 36.7 /
 #: 61.5 / 114.3 / 216.5; bf16 8192 columns, 4096 to 16384 rows, 59.6 / 110.7 / 211.1 vs 64.4 /
-#: 116.7 / 224.0. Not float32 512 columns (0.74-0.97x below 131072 rows).
+#: 116.7 / 224.0. Not float32 512 columns (0.74-0.97x below 131072 rows). Float32 2048 columns
+#: (the bf16-mixed Llama's residual stream at hidden 2048) joined 2026-12-01 (twelfth session,
+#: tune.py part tmasweep at 4096-65536 rows, experiments/kernel_perf/results/h200_2026-12-01d):
+#: 35.6 / 60.4 / 117.2 / 218.2 / 417.6 us vs 40.1 / 68.5 / 125.7 / 236.9 / 461.8 (1.07-1.14x).
 BWD_TMA = {
     (512, 2): (4, 2, 4, 4),
     (1024, 2): (2, 2, 4, 4),
     (4096, 4): (1, 1, 3, 8),
     (1024, 4): (1, 2, 4, 4),
+    (2048, 4): (1, 2, 3, 4),
     (4096, 2): (1, 1, 4, 4),
     (8192, 2): (1, 1, 3, 8),
 }

@@ -195,6 +195,7 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
         (65536, 1024, torch.bfloat16),
         (16384, 4096, torch.float32),
         (16384, 1024, torch.float32),
+        (16384, 2048, torch.float32),
         (8192, 4096, torch.bfloat16),
         (4096, 8192, torch.bfloat16),
     ],
