@@ -32,6 +32,8 @@ Parts:
 - coopfwd: the same split rows on a persistent grid launched cooperatively (no program waits
          on one that is not running), SPLIT x warps x programs per SM.
 - persistfwd: a persistent pipelined one-row forward (persistent_forward.py) beside the default.
+- earlyw: the one-row forward with the weight loaded before the reduction (early_weight_forward.py),
+         with and without masks, beside the default and Liger, in interleaved rounds (EARLYW).
 - tmafwd: tma_forward.py's persistent descriptor (TMA) forward, rows per tile x stages x warps
          x programs per SM, beside the default (TMA_FWD shapes).
 - tmabwd: tma_backward.py's descriptor (TMA) backward, rows x warps x stages x programs per SM,
@@ -759,6 +761,64 @@ def part_tmafwd(rows):
                         rows.append(r)
                         print(json.dumps(r), flush=True)
         x = w = ref = None
+
+
+#: Shapes of part earlyw: one-pass forward widths where Liger, quack or compile lead by 1-4%
+#: (bench, 2026-12-01: 16384 x 4096 bf16 65.5 vs Liger 64.6 us, fp32 131.5 vs compile 127.5).
+EARLYW = [
+    (4096, 4096, torch.bfloat16),
+    (16384, 4096, torch.bfloat16),
+    (16384, 4096, torch.float16),
+    (16384, 4096, torch.float32),
+    (16384, 2048, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (8192, 16384, torch.bfloat16),
+    (32768, 8192, torch.bfloat16),
+]
+#: Rounds of part earlyw: every variant of a shape is timed once per round, in turn, so drift
+#: between variants (1-2% between two timings of one shape) spreads over all of them.
+EARLYW_ROUNDS = 3
+
+
+def part_earlyw(rows):
+    """Forward in graph mode: the package's one-row kernel beside early_weight_forward.py (the
+    weight loaded with the row, before the reduction; with and without masks) and Liger's
+    forward, in interleaved rounds; records each round and the median."""
+    import statistics
+
+    import early_weight_forward
+
+    from rmsnorm_kernel.cli.bench import peers
+
+    liger = peers.build(["liger"], EPS)["liger"]
+    for m, n, dtype in EARLYW:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        warps = _row_warps(triton.next_power_of_2(n))
+        variants = {
+            "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
+            "early": functools.partial(early_weight_forward.launch, x, w, EPS, warps, False),
+            "early even": functools.partial(early_weight_forward.launch, x, w, EPS, warps, True),
+        }
+        if callable(liger):
+            variants["liger"] = functools.partial(liger, x, w)
+        y_ref = variants["default"]()[0]
+        times = {name: [] for name in variants}
+        for name, fn in variants.items():
+            if name.startswith("early"):
+                y = fn()[0]
+                assert torch.equal(y, y_ref), f"{name} differs from the package's kernel"
+        for _ in range(EARLYW_ROUNDS):
+            for name, fn in variants.items():
+                times[name].append(graph_us(fn))
+        for name, ts in times.items():
+            us = statistics.median(ts)
+            r = dict(part="earlyw", M=m, N=n, variant=f"{name} {dtype}", us=us, rounds=ts)
+            r.update(GBps=2 * m * n * x.element_size() / us / 1e3)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        x = w = y_ref = None
 
 
 #: Shapes of part tmabwd: where quack leads the fwd+bwd (bench 2026-11-30, session 24: 65536 x

@@ -28,6 +28,14 @@ import triton.language as tl
 
 from . import backend  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit runs)
 
+#: The one-pass forward loads the weight beside the row, before the reduction, for row blocks up
+#: to this. Measured on a copy of this kernel with that order (experiments/kernel_perf/
+#: early_weight_forward.py; graph replay, H200, tune.py part earlyw, 2026-12-01): 0.5-2.0%
+#: faster from 2048 to 8192 columns (e.g. 16384 x 4096 bf16 66.4 us vs 67.2, fp16 66.7 vs 68.1),
+#: 0.8% slower at 16384 (133.1 vs 132.0), so wider blocks load it after the reduction. 0 would
+#: restore the old order everywhere.
+WEIGHT_FIRST_MAX_BLOCK = tl.constexpr(8192)
+
 
 @triton.jit
 def rmsnorm_forward_kernel(
@@ -65,16 +73,24 @@ def rmsnorm_forward_kernel(
     if ONE_PASS:
         mask = cols < N
         x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+        if HAS_WEIGHT and BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
+            # Issued with the row's load: its latency hides behind the reduction.
+            w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
+        else:
+            w = tl.zeros([BLOCK], dtype=W.dtype.element_ty)  # unused: loaded below, or no weight
         if HAS_RESIDUAL:
             h = (x + tl.load(res_row + cols, mask=mask, other=0.0).to(ACC)).to(H.dtype.element_ty)
             tl.store(h_row + cols, h, mask=mask)
             x = h.to(ACC)  # normalise the rounded sum the caller receives
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
+        tl.store(RSTD + row, rstd)
         y = x * rstd
         if LLAMA:
             y = y.to(X.dtype.element_ty).to(ACC)
         if HAS_WEIGHT:
-            y = y * (tl.load(W + cols * stride_w, mask=mask, other=0.0).to(ACC) + offset)
+            if BLOCK > WEIGHT_FIRST_MAX_BLOCK:
+                w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
+            y = y * (w.to(ACC) + offset)
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
     else:
         # Pass 1: sum of squares, chunk by chunk (and write x + residual on the way).
@@ -103,7 +119,7 @@ def rmsnorm_forward_kernel(
             if HAS_WEIGHT:
                 y = y * (tl.load(W + c * stride_w, mask=mask, other=0.0).to(ACC) + offset)
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + row, rstd)
+        tl.store(RSTD + row, rstd)
 
 
 #: M only bounds the last tile: not worth a compiled variant per M % 16.
