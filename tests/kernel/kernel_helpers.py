@@ -6,12 +6,15 @@ once, before any run, for the campaigns and these tests alike.
 
 from __future__ import annotations
 
+import importlib.util
+from types import ModuleType
+
 import torch
 import yaml
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel.config import BackwardConfig
-from rmsnorm_kernel.paths import CONFIG_DIR
+from rmsnorm_kernel.paths import CONFIG_DIR, REPO_ROOT
 
 _CAMPAIGN = CONFIG_DIR / "campaign" / "default.yaml"
 
@@ -133,3 +136,13 @@ def one_tile_backward_config(m: int, rows_per_program: int, **fields) -> Backwar
         dw_float64=False,
         **fields,
     )
+
+
+def experiment_kernel(name: str) -> ModuleType:
+    """``experiments/kernel_perf/<name>.py``, a candidate kernel that tune.py times and the package
+    does not use, loaded as a module (that folder is not a package)."""
+    path = REPO_ROOT / "experiments" / "kernel_perf" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,25 +1,15 @@
 """``experiments/kernel_perf/early_weight_forward.py`` (a candidate order of the one-row forward's
-loads, timed by tune.py part ``earlyw``, not used by the package): the same values as the
+loads, timed by tune.py part ``earlyw``): the same values as the
 package's forward bit for bit (the comparison the timing relies on), masked and unmasked rows,
 and its refusal of an unmasked row that does not fill the block."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
+from kernel_helpers import experiment_kernel
 
 from rmsnorm_kernel import ops
-from rmsnorm_kernel.paths import REPO_ROOT
-
-
-def _module():
-    path = REPO_ROOT / "experiments" / "kernel_perf" / "early_weight_forward.py"
-    spec = importlib.util.spec_from_file_location("early_weight_forward", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -31,7 +21,7 @@ def test_early_weight_forward_equals_the_package_kernel(m, n, dtype, even):
     torch.manual_seed(0)
     x = torch.randn(m, 2 * n, device=device, dtype=dtype)[:, :n]  # a row stride of 2N
     w = torch.randn(n, device=device, dtype=dtype)
-    y, rstd = _module().launch(x, w, 1e-6, 4, even)
+    y, rstd = experiment_kernel("early_weight_forward").launch(x, w, 1e-6, 4, even)
     y_ref, _, rstd_ref = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
     assert torch.equal(y, y_ref) and torch.equal(rstd, rstd_ref)
 
@@ -39,4 +29,4 @@ def test_early_weight_forward_equals_the_package_kernel(m, n, dtype, even):
 def test_early_weight_forward_refuses_unmasked_partial_rows():
     x = torch.randn(2, 100)
     with pytest.raises(ValueError, match="power of two"):
-        _module().launch(x, torch.ones(100), 1e-6, 4, True)
+        experiment_kernel("early_weight_forward").launch(x, torch.ones(100), 1e-6, 4, True)

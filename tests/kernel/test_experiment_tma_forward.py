@@ -4,22 +4,11 @@ tile past M, 16-bit and float32 rows, and its refusal of what descriptors cannot
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
-from kernel_helpers import TOLERANCES
+from kernel_helpers import TOLERANCES, experiment_kernel
 
-from rmsnorm_kernel.paths import REPO_ROOT
 from rmsnorm_kernel.reference import rmsnorm_reference
-
-
-def _module():
-    path = REPO_ROOT / "experiments" / "kernel_perf" / "tma_forward.py"
-    spec = importlib.util.spec_from_file_location("tma_forward", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(
@@ -31,7 +20,7 @@ def test_tma_forward_matches_the_oracle(m, n, dtype, rows):
     torch.manual_seed(0)
     x = torch.randn(m, n, device=device, dtype=dtype)
     w = torch.randn(n, device=device, dtype=dtype)
-    y, rstd = _module().launch(x, w, 1e-6, rows, 4, 2, 1)
+    y, rstd = experiment_kernel("tma_forward").launch(x, w, 1e-6, rows, 4, 2, 1)
     assert y.dtype == dtype and rstd.dtype == torch.float32
     ref = rmsnorm_reference(x.double(), w.double(), 1e-6)
     torch.testing.assert_close(y.double(), ref, **TOLERANCES[dtype])
@@ -42,4 +31,4 @@ def test_tma_forward_matches_the_oracle(m, n, dtype, rows):
 def test_tma_forward_refuses_widths_a_descriptor_cannot_tile():
     x = torch.randn(3, 300)
     with pytest.raises(ValueError, match="power-of-two width"):
-        _module().launch(x, torch.ones(300), 1e-6, 1, 4, 2, 1)
+        experiment_kernel("tma_forward").launch(x, torch.ones(300), 1e-6, 1, 4, 2, 1)
