@@ -30,27 +30,41 @@ def early_weight_forward_kernel(
     eps,
     BLOCK: tl.constexpr,
     EVEN: tl.constexpr,  # N == BLOCK: no masks
+    EARLY: tl.constexpr,  # weight loaded before the reduction, RSTD stored before Y; else after
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
+    mask = cols < N
     if EVEN:
         x = tl.load(X + row * stride_x + cols).to(tl.float32)
-        w = tl.load(W + cols).to(tl.float32)
     else:
-        mask = cols < N
         x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if EARLY:
+        if EVEN:
+            w = tl.load(W + cols).to(tl.float32)
+        else:
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-    tl.store(RSTD + row, rstd)
+    if EARLY:
+        tl.store(RSTD + row, rstd)
+    else:
+        if EVEN:
+            w = tl.load(W + cols).to(tl.float32)
+        else:
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
     y = (x * rstd * w).to(Y.dtype.element_ty)
     if EVEN:
         tl.store(Y + row * N + cols, y)
     else:
-        tl.store(Y + row * N + cols, y, mask=cols < N)
+        tl.store(Y + row * N + cols, y, mask=mask)
+    if not EARLY:
+        tl.store(RSTD + row, rstd)
 
 
-def launch(x: torch.Tensor, w: torch.Tensor, eps: float, warps: int, even: bool):
-    """``x (M, N)`` unit column stride, ``w (N,)`` contiguous -> ``(y (M, N), rstd (M,))``."""
+def launch(x: torch.Tensor, w: torch.Tensor, eps: float, warps: int, even: bool, early=True):
+    """``x (M, N)`` unit column stride, ``w (N,)`` contiguous -> ``(y (M, N), rstd (M,))``.
+    ``early=False``: the package's order before the change (weight after the reduction, the
+    inverse RMS stored last), so one run can time both orders."""
     m, n = x.shape
     block = triton.next_power_of_2(n)
     if even and n != block:
@@ -58,6 +72,6 @@ def launch(x: torch.Tensor, w: torch.Tensor, eps: float, warps: int, even: bool)
     y = torch.empty_like(x)
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
     early_weight_forward_kernel[(m,)](
-        x, w, y, rstd, x.stride(0), n, eps, BLOCK=block, EVEN=even, num_warps=warps
+        x, w, y, rstd, x.stride(0), n, eps, BLOCK=block, EVEN=even, EARLY=early, num_warps=warps
     )
     return y, rstd

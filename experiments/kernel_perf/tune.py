@@ -782,8 +782,9 @@ EARLYW_ROUNDS = 3
 
 def part_earlyw(rows):
     """Forward in graph mode: the package's one-row kernel beside early_weight_forward.py (the
-    weight loaded with the row, before the reduction; with and without masks) and Liger's
-    forward, in interleaved rounds; records each round and the median."""
+    weight loaded with the row, before the reduction, with and without masks; and ``late``, the
+    order the package had before) and Liger's forward, in interleaved rounds; records each round
+    and the median."""
     import statistics
 
     import early_weight_forward
@@ -800,13 +801,15 @@ def part_earlyw(rows):
             "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
             "early": functools.partial(early_weight_forward.launch, x, w, EPS, warps, False),
             "early even": functools.partial(early_weight_forward.launch, x, w, EPS, warps, True),
+            # the package's order before the twelfth session: weight after the reduction
+            "late": functools.partial(early_weight_forward.launch, x, w, EPS, warps, False, False),
         }
         if callable(liger):
             variants["liger"] = functools.partial(liger, x, w)
         y_ref = variants["default"]()[0]
         times = {name: [] for name in variants}
         for name, fn in variants.items():
-            if name.startswith("early"):
+            if name != "liger":
                 y = fn()[0]
                 assert torch.equal(y, y_ref), f"{name} differs from the package's kernel"
         for _ in range(EARLYW_ROUNDS):

@@ -12,16 +12,17 @@ from kernel_helpers import experiment_kernel
 from rmsnorm_kernel import ops
 
 
+@pytest.mark.parametrize("early", [True, False])
 @pytest.mark.parametrize(
     ("m", "n", "dtype", "even"),
     [(5, 64, torch.float32, True), (6, 100, torch.bfloat16, False), (3, 128, torch.float16, False)],
 )
-def test_early_weight_forward_equals_the_package_kernel(m, n, dtype, even):
+def test_early_weight_forward_equals_the_package_kernel(m, n, dtype, even, early):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)
     x = torch.randn(m, 2 * n, device=device, dtype=dtype)[:, :n]  # a row stride of 2N
     w = torch.randn(n, device=device, dtype=dtype)
-    y, rstd = experiment_kernel("early_weight_forward").launch(x, w, 1e-6, 4, even)
+    y, rstd = experiment_kernel("early_weight_forward").launch(x, w, 1e-6, 4, even, early)
     y_ref, _, rstd_ref = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
     assert torch.equal(y, y_ref) and torch.equal(rstd, rstd_ref)
 
