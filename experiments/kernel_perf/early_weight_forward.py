@@ -75,3 +75,51 @@ def launch(x: torch.Tensor, w: torch.Tensor, eps: float, warps: int, even: bool,
         x, w, y, rstd, x.stride(0), n, eps, BLOCK=block, EVEN=even, EARLY=early, num_warps=warps
     )
     return y, rstd
+
+
+@triton.jit
+def early_weight_rows_kernel(
+    X,  # (M, N) rows, row stride stride_x, unit column stride
+    W,  # (N,) weight, contiguous
+    Y,  # (M, N) output, contiguous
+    RSTD,  # (M,) float32 inverse RMS
+    stride_x,
+    M,
+    N,
+    eps,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
+    EARLY: tl.constexpr,  # weight loaded before the reduction; else after (the package's order)
+):
+    """The package's several-rows forward (``kernels.rmsnorm_forward_rows_kernel``, rows up to
+    1024 wide) in its plain case, with the weight's load before or after the reduction."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    row_mask = rows < M
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if EARLY:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / N + eps)
+    if EARLY:
+        tl.store(RSTD + rows, rstd, mask=row_mask)
+    else:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32)
+    y = x * rstd[:, None] * w[None, :]
+    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    if not EARLY:
+        tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+def launch_rows(x: torch.Tensor, w: torch.Tensor, eps: float, rows: int, warps: int, early=True):
+    """``x (M, N)`` with N <= 1024 and unit column stride, ``w (N,)`` contiguous, ``rows`` rows
+    per program -> ``(y (M, N), rstd (M,))``."""
+    m, n = x.shape
+    y = torch.empty_like(x)
+    rstd = torch.empty(m, device=x.device, dtype=torch.float32)
+    block = triton.next_power_of_2(n)
+    early_weight_rows_kernel[(triton.cdiv(m, rows),)](
+        x, w, y, rstd, x.stride(0), m, n, eps, BLOCK=block, ROWS=rows, EARLY=early, num_warps=warps
+    )
+    return y, rstd

@@ -33,7 +33,8 @@ Parts:
          on one that is not running), SPLIT x warps x programs per SM.
 - persistfwd: a persistent pipelined one-row forward (persistent_forward.py) beside the default.
 - earlyw: the one-row forward with the weight loaded before the reduction (early_weight_forward.py),
-         with and without masks, beside the default and Liger, in interleaved rounds (EARLYW).
+         with and without masks, and after it (the old order), beside the default and Liger, in
+         interleaved rounds (EARLYW); the several-rows kernel's two orders (EARLYW_ROWS).
 - tmafwd: tma_forward.py's persistent descriptor (TMA) forward, rows per tile x stages x warps
          x programs per SM, beside the default (TMA_FWD shapes).
 - tmabwd: tma_backward.py's descriptor (TMA) backward, rows x warps x stages x programs per SM,
@@ -775,18 +776,46 @@ EARLYW = [
     (8192, 16384, torch.bfloat16),
     (32768, 8192, torch.bfloat16),
 ]
+#: Shapes of part earlyw's several-rows kernel (rows up to 1024 wide), where compile leads the
+#: forward (bench, 2026-12-01: 65536 x 1024 66.0 vs 65.6 us; 131072 x 512 66.2 vs Inductor 64.9).
+EARLYW_ROWS = [
+    (65536, 1024, torch.bfloat16),
+    (131072, 512, torch.bfloat16),
+    (262144, 256, torch.bfloat16),
+    (65536, 1024, torch.float32),
+]
 #: Rounds of part earlyw: every variant of a shape is timed once per round, in turn, so drift
 #: between variants (1-2% between two timings of one shape) spreads over all of them.
 EARLYW_ROUNDS = 3
+
+
+def _earlyw_rounds(rows, m, n, dtype, x, variants):
+    """Check every variant but Liger's against the package's output bit for bit, then time all
+    of them in EARLYW_ROUNDS interleaved rounds; record each round and the median."""
+    import statistics
+
+    y_ref = variants["default"]()[0]
+    for name, fn in variants.items():
+        if name != "liger":
+            assert torch.equal(fn()[0], y_ref), f"{name} differs from the package's kernel"
+    times = {name: [] for name in variants}
+    for _ in range(EARLYW_ROUNDS):
+        for name, fn in variants.items():
+            times[name].append(graph_us(fn))
+    for name, ts in times.items():
+        us = statistics.median(ts)
+        r = dict(part="earlyw", M=m, N=n, variant=f"{name} {dtype}", us=us, rounds=ts)
+        r.update(GBps=2 * m * n * x.element_size() / us / 1e3)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
 
 
 def part_earlyw(rows):
     """Forward in graph mode: the package's one-row kernel beside early_weight_forward.py (the
     weight loaded with the row, before the reduction, with and without masks; and ``late``, the
     order the package had before) and Liger's forward, in interleaved rounds; records each round
-    and the median."""
-    import statistics
-
+    and the median. Then the several-rows kernel (EARLYW_ROWS) with the weight before or after
+    the reduction."""
     import early_weight_forward
 
     from rmsnorm_kernel.cli.bench import peers
@@ -806,22 +835,24 @@ def part_earlyw(rows):
         }
         if callable(liger):
             variants["liger"] = functools.partial(liger, x, w)
-        y_ref = variants["default"]()[0]
-        times = {name: [] for name in variants}
-        for name, fn in variants.items():
-            if name != "liger":
-                y = fn()[0]
-                assert torch.equal(y, y_ref), f"{name} differs from the package's kernel"
-        for _ in range(EARLYW_ROUNDS):
-            for name, fn in variants.items():
-                times[name].append(graph_us(fn))
-        for name, ts in times.items():
-            us = statistics.median(ts)
-            r = dict(part="earlyw", M=m, N=n, variant=f"{name} {dtype}", us=us, rounds=ts)
-            r.update(GBps=2 * m * n * x.element_size() / us / 1e3)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-        x = w = y_ref = None
+        _earlyw_rounds(rows, m, n, dtype, x, variants)
+        x = w = None
+    for m, n, dtype in EARLYW_ROWS:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        cfg = config.forward_config(m, n, 0)
+        assert cfg.rows > 0, f"{m}x{n} does not take the several-rows kernel"
+        launch_rows = early_weight_forward.launch_rows
+        variants = {
+            "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
+            "rows early": functools.partial(launch_rows, x, w, EPS, cfg.rows, cfg.num_warps),
+            "rows late": functools.partial(launch_rows, x, w, EPS, cfg.rows, cfg.num_warps, False),
+        }
+        if callable(liger):
+            variants["liger"] = functools.partial(liger, x, w)
+        _earlyw_rounds(rows, m, n, dtype, x, variants)
+        x = w = None
 
 
 #: Shapes of part tmabwd: where quack leads the fwd+bwd (bench 2026-11-30, session 24: 65536 x

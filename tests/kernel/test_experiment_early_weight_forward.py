@@ -31,3 +31,17 @@ def test_early_weight_forward_refuses_unmasked_partial_rows():
     x = torch.randn(2, 100)
     with pytest.raises(ValueError, match="power of two"):
         experiment_kernel("early_weight_forward").launch(x, torch.ones(100), 1e-6, 4, True)
+
+
+@pytest.mark.parametrize("early", [True, False])
+@pytest.mark.parametrize(("m", "n", "rows"), [(37, 100, 4), (33, 1024, 2)])
+def test_early_weight_rows_equals_the_package_kernel(m, n, rows, early):
+    """The several-rows copy (a last tile past M, a row narrower than the block) gives the
+    package's values bit for bit, whichever order loads the weight."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device=device, dtype=torch.bfloat16)
+    w = torch.randn(n, device=device, dtype=torch.bfloat16)
+    y, rstd = experiment_kernel("early_weight_forward").launch_rows(x, w, 1e-6, rows, 4, early)
+    y_ref, _, rstd_ref = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    assert torch.equal(y, y_ref) and torch.equal(rstd, rstd_ref)
