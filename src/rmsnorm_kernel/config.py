@@ -43,6 +43,12 @@ ROWS_TILE_BY_BLOCK = {512: 2048, 1024: 2048}
 #: Fewer rows per program while the grid would leave SMs idle: below this many programs per SM
 #: (128 x 257 in 16 programs of 8 rows took 2.1 us, one row per program 1.6).
 ROWS_MIN_PROGRAMS_PER_SM = 2
+#: Where that leaves one row per program, the one-row kernel (rmsnorm_forward_kernel) instead of
+#: the several-rows kernel's (1, BLOCK) tile, at these warps by block. Graph replay, interleaved
+#: rounds (tune.py part tiny, thirteenth session, 2026-12-01): 128 x 257 fp32 1.58 us (4 warps;
+#: 1.60 with 2) vs 1.75 in the rows kernel, Liger 1.60; 256 x 1024 bf16 1.68 us (2 warps; 1.73
+#: with 4) vs 1.90, Liger 1.73. Narrower blocks were not measured and keep the rows kernel.
+ONE_ROW_SHORT_WARPS = {512: 4, 1024: 2}
 
 #: Backward: widest row kept whole in one program. One pass reaches 3.6 TB/s at 16384 columns (8
 #: warps), while 65536 in one pass took 1.5 ms for 1024 rows (spills), so wider rows take the
@@ -416,6 +422,8 @@ def forward_config(
             while rows > 1 and -(-m // rows) < programs:
                 rows //= 2
                 warps = 4
+            if rows == 1 and block in ONE_ROW_SHORT_WARPS:
+                return ForwardConfig(block, 0, ONE_ROW_SHORT_WARPS[block])
         return ForwardConfig(block, rows, warps)
     block = triton.next_power_of_2(n)
     if n <= MAX_FUSED_N:

@@ -32,8 +32,11 @@ from . import backend  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit r
 #: to this. Measured on a copy of this kernel with that order (experiments/kernel_perf/
 #: early_weight_forward.py; graph replay, H200, tune.py part earlyw, 2026-12-01): 0.5-2.0%
 #: faster from 2048 to 8192 columns (e.g. 16384 x 4096 bf16 66.4 us vs 67.2, fp16 66.7 vs 68.1),
-#: 0.8% slower at 16384 (133.1 vs 132.0), so wider blocks load it after the reduction. 0 would
-#: restore the old order everywhere.
+#: 0.8% slower at 16384 (133.1 vs 132.0), so wider blocks load it after the reduction. The inverse
+#: RMS is stored before the output with the weight-first order only: at 16384 columns the weight
+#: after the reduction with the inverse RMS stored first took 148.8 us at 8192 rows against 132.2
+#: with it stored last (tune.py part earlyw, thirteenth session, 2026-12-01). 0 would restore the
+#: old order everywhere.
 WEIGHT_FIRST_MAX_BLOCK = tl.constexpr(8192)
 
 
@@ -83,7 +86,8 @@ def rmsnorm_forward_kernel(
             tl.store(h_row + cols, h, mask=mask)
             x = h.to(ACC)  # normalise the rounded sum the caller receives
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-        tl.store(RSTD + row, rstd)
+        if BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
+            tl.store(RSTD + row, rstd)  # before the output, with the weight-first order
         y = x * rstd
         if LLAMA:
             y = y.to(X.dtype.element_ty).to(ACC)
@@ -92,6 +96,8 @@ def rmsnorm_forward_kernel(
                 w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
             y = y * (w.to(ACC) + offset)
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
+        if BLOCK > WEIGHT_FIRST_MAX_BLOCK:
+            tl.store(RSTD + row, rstd)
     else:
         # Pass 1: sum of squares, chunk by chunk (and write x + residual on the way).
         sum_sq = tl.zeros([BLOCK], dtype=ACC)

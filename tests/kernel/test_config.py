@@ -119,6 +119,17 @@ def test_forward_rows_per_program_of_short_rows(h200):
     }
 
 
+def test_short_rows_at_small_m_take_the_one_row_kernel(h200):
+    """Where the several-rows tile would hold one row (too few programs for 2 per SM), 512- and
+    1024-wide blocks run one row per program in the one-row kernel: 128 x 257 fp32 1.58 us vs
+    1.75, 256 x 1024 bf16 1.68 vs 1.90 (graph replay, tune.py part tiny)."""
+    assert config.forward_config(128, 257, 0) == config.ForwardConfig(512, 0, 4)
+    assert config.forward_config(256, 1024, 0) == config.ForwardConfig(1024, 0, 2)
+    assert config.forward_config(256, 256, 0).rows == 1  # narrower: not measured, rows kernel
+    assert config.forward_config(1 << 20, 512, 0).rows == 4  # enough programs: several rows
+    assert config.forward_config(128, 257, None).rows > 0  # the interpreter: no SM count
+
+
 @pytest.mark.parametrize("triton_version", [(3, 6), (3, 9)])
 def test_wide_rows_take_clusters_only_where_triton_splits_them(h200, monkeypatch, triton_version):
     """Forward 65536 columns: one pass over 8 CTAs (87.5 us vs 91.8 at 1024 rows); backward 32768

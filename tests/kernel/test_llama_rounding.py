@@ -166,7 +166,8 @@ def test_one_launch_each_way(device, monkeypatch):
     x = torch.randn(8, 256, device=device, dtype=F16, requires_grad=True)
     w = torch.randn(256, device=device, dtype=F16, requires_grad=True)
     y = rk.rmsnorm(x, w, 1e-6, rounding="llama")
-    assert launches == ["rmsnorm_forward_rows_kernel"]
+    rows = config.forward_config(8, 256, ops._device_index(x)).rows
+    assert launches == ["rmsnorm_forward_rows_kernel" if rows else "rmsnorm_forward_kernel"]
     assert y.grad_fn is not None and "RMSNorm" in type(y.grad_fn).__name__
     y.sum().backward()
     tree = config.backward_config(8, 256, ops._device_index(x)).tree
