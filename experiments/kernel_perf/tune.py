@@ -769,6 +769,10 @@ def part_tmafwd(rows):
 #: Shapes of part earlyw: one-pass forward widths where Liger, quack or compile lead by 1-4%
 #: (bench, 2026-12-01: 16384 x 4096 bf16 65.5 vs Liger 64.6 us, fp32 131.5 vs compile 127.5).
 EARLYW = [
+    # small M, below the 4096 rows the order was first measured at: the thirteenth session's
+    # bench had 1024 x 4096 at 4.6 us against 4.4 in the tenth's (a possible small-M regression)
+    (1024, 4096, torch.bfloat16),
+    (2048, 4096, torch.bfloat16),
     (4096, 4096, torch.bfloat16),
     (16384, 4096, torch.bfloat16),
     (16384, 4096, torch.float16),

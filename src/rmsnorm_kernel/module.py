@@ -8,7 +8,7 @@ import numbers
 import torch
 from torch import nn
 
-from .contract import ContractValueError
+from .contract import ContractTypeError, ContractValueError
 from .function import rmsnorm
 
 
@@ -126,6 +126,15 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., *normalized_shape]`` -> same shape."""
         return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` calls this first: the forward launches Triton kernels from Python,
+        which TorchScript cannot compile, so say so by name instead of its parser's error."""
+        raise ContractTypeError(
+            "rmsnorm_kernel.RMSNorm cannot be compiled by torch.jit.script (its forward launches "
+            "Triton kernels from Python); use torch.jit.trace, torch.export or torch.compile, "
+            "which record the registered op rmsnorm_kernel::rmsnorm_fwd"
+        )
 
     def extra_repr(self) -> str:
         return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(

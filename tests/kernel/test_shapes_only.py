@@ -74,3 +74,13 @@ def test_jit_trace_records_the_op_not_a_constant(device):
     torch.testing.assert_close(traced(x), model(x), atol=0.0, rtol=0.0)
     traced(x).sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+def test_jit_script_is_refused_by_name():
+    """TorchScript cannot compile a forward that launches Triton kernels from Python: scripting
+    the module, alone or inside a model, says so and names what works instead."""
+    with pytest.raises(TypeError, match="cannot be compiled by torch.jit.script.*torch.jit.trace"):
+        torch.jit.script(rk.RMSNorm(8))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), rk.RMSNorm(8))
+    with pytest.raises(TypeError, match="rmsnorm_kernel.RMSNorm cannot be compiled"):
+        torch.jit.script(model)
