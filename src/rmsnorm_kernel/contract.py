@@ -22,7 +22,9 @@ Supported:
   beside float32 normalisation: the kernels have one math dtype).
 - ``residual``: ``None`` or the same shape, dtype and device as ``x``.
 - ``eps``: a finite real number > 0 (``bool`` is refused). ``offset``: a finite real number.
-  Both must fit in float32 (``|value| <= 3.4e38``).
+  Both must fit in float32 (``|value| <= 3.4e38``). With ``eps_positive=False`` (the drop-ins
+  ``rms_norm`` / ``RMSNorm``, whose model ``F.rms_norm`` takes any eps) ``eps <= 0`` is allowed
+  too: a row whose mean square does not exceed ``-eps`` then comes out NaN or inf, as there.
 - ``1 <= N <= MAX_N``. Math is float32 (float64 when ``x`` is float64).
 """
 
@@ -154,8 +156,11 @@ def check_contract(
     offset: float = 0.0,
     residual: torch.Tensor | None = None,
     rounding: str = "torch",
+    eps_positive: bool = True,
 ) -> None:
-    """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on."""
+    """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on.
+
+    ``eps_positive=False``: any finite eps, ``F.rms_norm``'s domain (the drop-ins' rule)."""
     if (rounding == "torch" or rounding == "llama") and _common_case_ok(
         x, weight, eps, offset, residual, rounding
     ):
@@ -174,7 +179,7 @@ def check_contract(
     if not 1 <= n <= MAX_N:
         raise ContractValueError(f"x's last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
     _check_device(x)
-    _check_real("eps", eps, positive=True)
+    _check_real("eps", eps, positive=eps_positive)
     _check_real("offset", offset, positive=False)
 
     if weight is not None:

@@ -345,13 +345,20 @@ def rmsnorm(
         ``y`` (``[..., N]``; dtype ``x.dtype``, or the promoted dtype with ``rounding="llama"``),
         or ``(y, x + residual)`` when ``residual`` is given.
     """
+    return _rmsnorm(x, weight, eps, offset, residual, rounding, True)
+
+
+def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
+    """:func:`rmsnorm`; ``eps_positive=False`` takes any finite eps (the drop-ins' rule, as
+    ``F.rms_norm``: see :func:`contract.check_contract`)."""
     if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         dtype = x.dtype  # the normalised tensor's: x, or x + residual
         if isinstance(residual, torch.Tensor) and residual.dtype.is_floating_point:
             dtype = torch.promote_types(dtype, residual.dtype)
         eps = torch.finfo(dtype).eps
-    check_contract(x, weight, eps, offset=offset, residual=residual, rounding=rounding)
+    rules = dict(offset=offset, residual=residual, rounding=rounding, eps_positive=eps_positive)
+    check_contract(x, weight, eps, **rules)
     if residual is not None and residual.dtype != x.dtype and residual.dtype == torch.float32:
         # h = x + residual is float32: the kernels store h in their x's dtype, so the float32
         # operand goes in as x (the add commutes bit for bit; both get the same gradient).

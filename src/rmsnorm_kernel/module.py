@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .contract import ContractTypeError, ContractValueError
-from .function import rmsnorm
+from .function import _rmsnorm
 
 
 def _as_shape(normalized_shape) -> tuple[int, ...]:
@@ -60,7 +60,9 @@ def rms_norm(
 
     ``input [..., *normalized_shape]`` -> same shape and dtype. Several normalised dims are
     flattened into one row of ``N = prod(normalized_shape)`` values (a view when the layout
-    allows). ``eps=None`` means ``torch.finfo(input.dtype).eps``.
+    allows). ``eps=None`` means ``torch.finfo(input.dtype).eps``; as in ``F.rms_norm`` any
+    finite eps is taken, ``eps <= 0`` too (a row whose mean square does not exceed ``-eps`` then
+    comes out NaN or inf, as there; :func:`rmsnorm_kernel.rmsnorm` keeps the tutorial's eps > 0).
 
     Under autocast, as ``F.rms_norm``: where torch registers an autocast rule for
     ``aten::rms_norm`` (:data:`AUTOCAST_FLOAT32`; CUDA's float32 list), 16-bit inputs are cast to
@@ -69,21 +71,31 @@ def rms_norm(
     """
     shape = _as_shape(normalized_shape)
     k = len(shape)
-    if k == 0 or input.dim() < k or tuple(input.shape[input.dim() - k :]) != shape:
+    # The messages carry F.rms_norm's own sentences, so code (and tests) matching them still do.
+    if k == 0:
         raise ContractValueError(
-            f"input's trailing dims must equal normalized_shape {shape} "
-            f"(got shape {tuple(input.shape)})"
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least "
+            "one element, but got normalized_shape = ()"
+        )
+    if input.dim() < k or tuple(input.shape[input.dim() - k :]) != shape:
+        raise ContractValueError(
+            f"Given normalized_shape={shape}, expected input with shape [*, "
+            f"{', '.join(map(str, shape))}], but got input of size {tuple(input.shape)}: "
+            "input's trailing dims must equal normalized_shape"
         )
     if weight is not None and tuple(weight.shape) != shape:
         raise ContractValueError(
-            f"weight must have shape normalized_shape = {shape} (got {tuple(weight.shape)})"
+            "Expected weight to be of same shape as normalized_shape, but got weight of shape "
+            f"{tuple(weight.shape)} and normalized_shape = {shape}"
         )
     if _autocast_to_float32(input):  # F.rms_norm's autocast rule: inputs cast first
         input, weight = input.float(), _float32(weight)
+    # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
     if k == 1:
-        return rmsnorm(input, weight, eps)
+        return _rmsnorm(input, weight, eps, 0.0, None, "torch", False)
     rows = input.flatten(input.dim() - k)
-    y = rmsnorm(rows, None if weight is None else weight.reshape(-1), eps)
+    weight = None if weight is None else weight.reshape(-1)
+    y = _rmsnorm(rows, weight, eps, 0.0, None, "torch", False)
     return y.view(input.shape)
 
 
@@ -93,7 +105,8 @@ class RMSNorm(nn.Module):
     Args:
         normalized_shape: the trailing shape normalised over (an int, or a tuple for several dims,
             which are flattened into one row of ``N = prod(normalized_shape)`` values).
-        eps: > 0, or ``None`` for ``torch.finfo(x.dtype).eps`` at call time.
+        eps: a finite real (as ``torch.nn.RMSNorm``, ``<= 0`` is taken too), or ``None`` for
+            ``torch.finfo(x.dtype).eps`` at call time.
         elementwise_affine: learn a ``weight`` of ``normalized_shape``, initialised to ones.
     """
 

@@ -1,0 +1,152 @@
+"""The drop-ins ``rms_norm`` / ``RMSNorm`` on PyTorch's own test inputs for ``F.rms_norm`` and
+``nn.RMSNorm``: the sample and error inputs of its OpInfo (``common_methods_invocations``,
+torch 2.13) and the module inputs of its ModuleInfo (``common_modules``), written out here
+(``torch.testing._internal`` is not a stable API). Code and tests written against torch keep
+working: the same values and gradients, any finite eps as torch takes it (``eps <= 0`` too), and
+errors that carry torch's own sentences, which its error inputs match."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from kernel_helpers import TOLERANCES, oracle_y
+
+import rmsnorm_kernel as rk
+
+#: OpInfo ``nn.functional.rms_norm`` samples: (input shape, normalized_shape, weight?, eps).
+OPINFO_SAMPLES = [
+    ((1, 2, 3), (1, 2, 3), True, 0.5),
+    ((2, 2, 3), (2, 3), True, -0.5),
+    ((1,), (1,), True, None),
+    ((1, 2), (2,), True, None),
+    ((0, 1), (1,), True, None),
+    ((1, 2), (2,), False, None),
+]
+
+#: Its error inputs: (input shape, normalized_shape, weight shape, torch's error regex).
+OPINFO_ERRORS = [
+    ((1, 2, 3), (), None, "Expected normalized_shape to be at least 1-dimensional"),
+    ((1, 2, 3), (1, 2, 3), (1, 2), "Expected weight to be of same shape as normalized_shape"),
+    ((2, 2, 3), (2, 2), None, "Given normalized_shape="),
+]
+
+#: ModuleInfo ``nn.RMSNorm`` inputs: (constructor args, forward input shape).
+MODULE_INPUTS = [
+    (([5], 1e-3), (4, 5, 5)),
+    (([5], 1e-3), (128, 5, 5)),
+    (([5], 1e-3, False), (4, 5, 5)),
+    (([2, 2, 5], 1e-3), (4, 2, 2, 5)),
+    (([2, 2, 5], 1e-3, False), (4, 2, 2, 5)),
+    (([5], 1e-3), (0, 5)),
+]
+
+
+def _close(actual, expected, dtype, what):
+    """Within ``dtype``'s tolerances, NaN where torch has NaN (eps <= 0 rows)."""
+    torch.testing.assert_close(
+        actual.double().cpu(),
+        expected.double().cpu(),
+        equal_nan=True,
+        msg=lambda m: f"{what}: {m}",
+        **TOLERANCES[dtype],
+    )
+
+
+def _both(fn_ours, fn_torch, x, w):
+    """``(y, dx, dweight)`` of each implementation for one upstream gradient."""
+    out = []
+    dy = None
+    for fn in (fn_ours, fn_torch):
+        xi = x.clone().requires_grad_()
+        wi = None if w is None else w.clone().requires_grad_()
+        y = fn(xi, wi)
+        dy = torch.randn_like(y) if dy is None else dy
+        inputs = [t for t in (xi, wi) if t is not None]
+        grads = torch.autograd.grad(y, inputs, dy) if y.numel() else ()
+        out.append((y, *grads))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("shape", "normalized", "affine", "eps"), OPINFO_SAMPLES)
+def test_opinfo_samples_match_torch(shape, normalized, affine, eps, dtype, device):
+    """Values and gradients as F.rms_norm's; the eps=-0.5 sample has rows whose mean square is
+    under 0.5, NaN in both."""
+    x = torch.randn(shape, device=device, dtype=dtype)
+    w = torch.randn(normalized, device=device, dtype=dtype) if affine else None
+    ours, theirs = _both(
+        lambda x, w: rk.rms_norm(x, normalized, w, eps),
+        lambda x, w: F.rms_norm(x, normalized, w, eps),
+        x,
+        w,
+    )
+    assert len(ours) == len(theirs)
+    for what, a, b in zip(("y", "dx", "dweight"), ours, theirs, strict=False):
+        _close(a, b, dtype, what)
+
+
+@pytest.mark.parametrize(("shape", "normalized", "weight_shape", "regex"), OPINFO_ERRORS)
+def test_opinfo_error_inputs_raise_as_torch(shape, normalized, weight_shape, regex, device):
+    """torch's error inputs raise RuntimeError matching torch's regex, from torch and from us,
+    before any launch."""
+    x = torch.randn(shape, device=device)
+    w = None if weight_shape is None else torch.randn(weight_shape, device=device)
+    with pytest.raises(RuntimeError, match=regex):
+        F.rms_norm(x, normalized, w, 1e-5)
+    with pytest.raises(RuntimeError, match=regex):
+        rk.rms_norm(x, normalized, w, 1e-5)
+    assert rk.CALLS["forward"] == 0
+
+
+@pytest.mark.parametrize(("args", "shape"), MODULE_INPUTS)
+def test_module_inputs_match_torch(args, shape, device):
+    """nn.RMSNorm's ModuleInfo inputs, training: output, input gradient and weight gradient."""
+    torch.manual_seed(0)
+    theirs = torch.nn.RMSNorm(*args, device=device)
+    ours = rk.RMSNorm(*args, device=device)
+    if theirs.weight is not None:
+        with torch.no_grad():
+            theirs.weight.normal_()
+        ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(shape, device=device)
+    res = _both(lambda x, _: ours(x), lambda x, _: theirs(x), x, None)
+    for what, a, b in zip(("y", "dx"), *res, strict=False):
+        _close(a, b, torch.float32, what)
+    if theirs.weight is not None and x.numel():
+        dy = torch.randn(shape, device=device)
+        ours(x).backward(dy)
+        theirs(x).backward(dy)
+        _close(ours.weight.grad, theirs.weight.grad, torch.float32, "dweight")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("eps", [0.0, -0.25])
+def test_drop_ins_take_eps_torch_takes(eps, dtype, device):
+    """eps <= 0: rows whose mean square exceeds -eps normalise as the oracle says, the others
+    (here a zero row) are NaN, as in F.rms_norm; the module too."""
+    x = torch.tensor([[1.0, -2.0, 3.0, 0.5], [0.0, 0.0, 0.0, 0.0], [2.0, 2.0, -1.0, 4.0]])
+    x, w = x.to(device, dtype), torch.tensor([0.5, 1.0, -1.5, 2.0], device=device, dtype=dtype)
+    y = rk.rms_norm(x, (4,), w, eps)
+    _close(y, F.rms_norm(x, (4,), w, eps), dtype, "y")
+    _close(y[[0, 2]], oracle_y(x[[0, 2]], w, eps), dtype, "y against the oracle")
+    assert torch.isnan(y[1]).all()
+    norm = rk.RMSNorm(4, eps=eps, device=device, dtype=dtype)
+    assert torch.isnan(norm(x)[1]).all() and torch.isfinite(norm(x)[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-6])
+def test_rmsnorm_keeps_the_tutorial_eps_rule(eps, device):
+    """The tutorial's entry points still refuse eps <= 0, and the drop-ins non-finite eps."""
+    x = torch.randn(2, 8, device=device)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        rk.rmsnorm(x, None, eps)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        rk.forward_op(x, None, eps)
+    with pytest.raises(ValueError, match="eps must be finite"):
+        rk.rms_norm(x, (8,), None, float("nan"))
+    with pytest.raises(ValueError, match="eps must be finite"):
+        rk.RMSNorm(8, eps=float("-inf"), device=device)(x)
