@@ -2,7 +2,8 @@
 
 The Triton backward is a black box to autograd: its dx and dweight carry no graph. When a graph is
 being built through the backward (``create_graph=True``: gradient penalties, Hessian-vector
-products, ``torch.autograd.gradgradcheck``), :mod:`rmsnorm_kernel.function` calls
+products, ``torch.autograd.gradgradcheck``), or the backward itself is vmapped (batched gradients,
+``is_grads_batched=True``), :mod:`rmsnorm_kernel.function` calls
 :func:`differentiable_backward` instead, which recomputes the inverse RMS from the saved input
 with autograd tracking. Ordinary training (no ``create_graph``) never comes here.
 
@@ -29,9 +30,24 @@ import torch
 CALLS = {"differentiable_backward": 0}
 
 
-def graph_needed(*tensors: torch.Tensor | None) -> bool:
-    """Whether a backward must build a graph: grad mode is on inside the backward (the caller
-    asked for ``create_graph=True``) and one of the backward's inputs requires grad."""
+_legacy_batched = getattr(torch._C._functorch, "is_legacy_batchedtensor", lambda t: False)
+
+
+def ops_backward_needed(*tensors: torch.Tensor | None) -> bool:
+    """Whether a backward must run in PyTorch ops rather than the Triton kernels:
+
+    - it builds a graph: grad mode is on inside the backward (the caller asked for
+      ``create_graph=True``) and one of the backward's inputs requires grad; or
+    - it is being vmapped: a ``torch.func`` transform is active inside the backward, or a
+      gradient is a batched tensor of the legacy vmap that
+      ``torch.autograd.grad(..., is_grads_batched=True)`` runs the backward under
+      (``gradcheck``'s batched-gradient check, ``torch.autograd.functional.jacobian(
+      vectorize=True)``). Batched tensors have no storage for a kernel to read.
+    """
+    if torch._C._are_functorch_transforms_active():
+        return True
+    if any(t is not None and _legacy_batched(t) for t in tensors):
+        return True
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 

@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from . import ops, transforms
 from .contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_contract
-from .double_backward import differentiable_backward, graph_needed
+from .double_backward import differentiable_backward, ops_backward_needed
 
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
 CALLS = {"forward": 0, "backward": 0}
@@ -126,7 +126,7 @@ class RMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy, dh=None):
         saved, weight, rstd, source = ctx.saved_tensors
         offset, saved_stride, x_dtype, has_residual = ctx.meta
-        if graph_needed(dy, dh, source, weight):  # create_graph=True: double backward ahead
+        if ops_backward_needed(dy, dh, source, weight):  # create_graph=True, or batched grads
             dx, dw = differentiable_backward(
                 dy, dh, source, weight, ctx.eps, offset, x_dtype, rstd.dtype, ctx.llama
             )
@@ -278,7 +278,7 @@ def _fwd_setup_context(ctx, inputs, output):
 def _fwd_backward(ctx, dy, dh, drstd):
     saved, weight, rstd = ctx.saved_tensors
     dh = dh if ctx.has_residual else None
-    if graph_needed(dy, dh, saved, weight):  # create_graph=True (eager): double backward ahead
+    if ops_backward_needed(dy, dh, saved, weight):  # create_graph=True, or batched grads
         dx, dw = differentiable_backward(
             dy, dh, saved, weight, ctx.eps, ctx.offset, saved.dtype, rstd.dtype, ctx.llama
         )
