@@ -162,8 +162,11 @@ def _bfloat16_to_nearest_in_the_interpreter() -> bool:
     PyTorch does. Every bfloat16 value our kernels store is such a conversion (y, h, dx, dweight,
     Llama's intermediate rounding), so on CPU they were up to one ulp off the GPU's and PyTorch's
     bits. Here the interpreter's conversion rounds float32 to bfloat16 to nearest even (NaN stays
-    NaN, its sign kept); other conversions, and an explicit round-toward-zero, are its own.
-    Returns whether the wrap was installed."""
+    NaN, its sign kept). The other way, its bfloat16 -> float32 conversion clamps a subnormal
+    bfloat16's exponent to zero and so scales it wrongly (1e-39 came out 4.4e-39, a tiny
+    gradient in dy as much as an input); bfloat16 is float32's top half, so here that
+    conversion is the exact 16-bit shift, as on the GPU. Other conversions, and an explicit
+    round-toward-zero, are its own. Returns whether the wrap was installed."""
     import triton.language as tl
     import triton.runtime.interpreter as interpreter
 
@@ -173,6 +176,10 @@ def _bfloat16_to_nearest_in_the_interpreter() -> bool:
     rtz = interpreter._ir.ROUNDING_MODE.RTZ
 
     def convert(input, input_dtype, output_dtype, rounding_mode):
+        if input_dtype == tl.bfloat16 and output_dtype == tl.float32:
+            # ``input``: the interpreter's bfloat16 bits as uint16; exact, every value.
+            bits = torch.from_numpy(input.reshape(-1).view("uint16").astype("int64")) << 16
+            return bits.numpy().astype("uint32").reshape(input.shape)
         if input_dtype != tl.float32 or output_dtype != tl.bfloat16 or rounding_mode == rtz:
             return original(input, input_dtype, output_dtype, rounding_mode)
         # ``input``: the interpreter's float32 NumPy array; the bit arithmetic runs in torch (the

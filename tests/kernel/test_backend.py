@@ -178,3 +178,28 @@ def test_interpreter_rounds_float32_to_bfloat16_to_nearest_even():
     normal = np.isfinite(values) & (np.abs(values) >= np.finfo(np.float32).tiny)
     truncated = (values.view(np.uint32) >> 16).astype(np.uint16)
     np.testing.assert_array_equal(rtz[normal], truncated[normal])
+
+
+def test_interpreter_widens_bfloat16_to_float32_exactly():
+    """Triton's interpreter scaled subnormal bfloat16 values wrongly when widening them to
+    float32 (1e-39 became 4.4e-39): the package's wrap widens every bfloat16 bit pattern exactly,
+    as torch does (NaN payloads included: bfloat16 is float32's top half). End to end, a row of
+    subnormal bfloat16 values normalises to F.rms_norm's bits."""
+    import numpy as np
+
+    import rmsnorm_kernel as rk
+
+    if rk.BACKEND != "interpreter":
+        pytest.skip("the interpreter's conversion only exists in interpreter mode")
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    bits = np.arange(2**16, dtype=np.uint32).astype(np.uint16).reshape(-1, 16)
+    got = interpreter._convert_float(bits, tl.bfloat16, tl.float32, None)
+    assert got.shape == bits.shape
+    want = torch.from_numpy(bits.view(np.int16).copy()).view(torch.bfloat16).float()
+    want_bits = want.view(torch.int32).numpy().view(np.uint32)
+    np.testing.assert_array_equal(got.view(np.uint32), want_bits)
+    x = torch.tensor([[1e-39, 2e-39, -1e-39, 3e-39], [1.0, -2.0, 3.0, 5e-41]], dtype=torch.bfloat16)
+    expected = torch.nn.functional.rms_norm(x, (4,), None, 1e-6)
+    assert torch.equal(rk.rms_norm(x, (4,), None, 1e-6), expected)
