@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One device call (fourteenth session): tune.py parts hints and earlyw (liger from .whl), with
+# One device call (fourteenth session): tune.py parts hints, packed and earlyw (liger from .whl), with
 # Inductor's cache under $OUT so that the compile peer's generated kernels and the configs its
 # autotuner picked come back (inductor/: the kernel sources and *.best_config).
 #   bash experiments/kernel_perf/hints_h200.sh "$OUT" [PARTS] [TUNE_S]
 set -u
 out=${1:?usage: hints_h200.sh OUTDIR [PARTS] [TUNE_S]}
-parts=${2:-hints,earlyw}; tune_s=${3:-300}
+parts=${2:-hints,packed,earlyw}; tune_s=${3:-420}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/liger*.whl \
   && export PYTHONPATH=$PYTHONPATH:/tmp/site

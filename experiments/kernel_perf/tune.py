@@ -37,6 +37,8 @@ Parts:
          interleaved rounds (EARLYW); the several-rows kernel's two orders (EARLYW_ROWS).
 - hints: the one-row forward with cache hints (hint_forward.py: eviction policies, a streaming
          store) and other warp counts, beside the default, compile and Liger (HINTS).
+- packed: packed_forward.py's one-pass forward (the row kept 16-bit in registers, fewer registers
+         per thread) beside the default, compile and Liger (PACKED, bf16).
 - tiny:  the smallest, latency-bound forward shapes (TINY): several-rows and one-row configs x
          warps beside the default and Liger, interleaved rounds.
 - tmafwd: tma_forward.py's persistent descriptor (TMA) forward, rows per tile x stages x warps
@@ -964,6 +966,58 @@ def part_hints(rows):
         _earlyw_rounds(
             rows, m, n, dtype, x, variants, part="hints", unchecked=("liger", "compile"), tols=tols
         )
+        x = w = None
+
+
+#: Shapes of part packed (bf16): the wide rows where quack leads the forward (65536 columns:
+#: 0.72x; 32768: 0.88x, bench 2026-12-01) and the widths where the package's one-pass kernel
+#: holds many float32 registers per thread (8192 columns at 4 warps: 128; 16384 at 8: 127).
+PACKED = [
+    (4096, 65536),
+    (1024, 65536),
+    (2048, 32768),
+    (8192, 16384),
+    (32768, 8192),
+    (8192, 8192),
+    (16384, 4096),
+    (4096, 4096),
+]
+
+
+def part_packed(rows):
+    """Forward in graph mode at PACKED: the package's kernel beside packed_forward.py's one-pass
+    kernel (the row kept 16-bit in registers, widened twice) at the warp counts that give 16-64
+    values per thread, with the weight loaded early or late, its cast-twice form at the default
+    warps, and compile and Liger, in interleaved rounds. Another reduction order than the
+    package's: each variant is checked within 8 units in the last place of the largest value."""
+    import packed_forward
+
+    from rmsnorm_kernel.cli.bench import peers
+
+    for m, n in PACKED:
+        torch._dynamo.reset()  # a fresh compile per shape, as the bench does
+        built = peers.build(["liger", "compile"], EPS)
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        packed = functools.partial(packed_forward.launch, x, w, EPS)
+        variants = {
+            "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
+        }
+        for warps in (4, 8, 16, 32):
+            if 16 <= n // (32 * warps) <= 64:
+                for early in (False, True):
+                    variants[f"packed w={warps} early_w={early}"] = functools.partial(
+                        packed, warps, True, early
+                    )
+        warps = config.forward_config(m, n, 0).num_warps
+        variants[f"packed cast w={warps}"] = functools.partial(packed, warps, False)
+        for name in ("liger", "compile"):
+            if callable(built.get(name)):
+                variants[name] = functools.partial(_as_tuple, built[name], x, w)
+        atol = 8 * torch.finfo(x.dtype).eps * variants["default"]()[0].abs().max().item()
+        peer_names = ("liger", "compile")
+        _earlyw_rounds(rows, m, n, x.dtype, x, variants, "packed", atol, unchecked=peer_names)
         x = w = None
 
 
