@@ -12,6 +12,7 @@ Kernel layer (imports only torch and triton)::
     function  autograd.Function, torch.library ops, ``rmsnorm()``, ``CALLS``
     double_backward  the backward in PyTorch ops, differentiated again under create_graph
     transforms  torch.func and forward-mode AD: the kernel forward, derivatives in PyTorch ops
+    dtensor   DTensor inputs (tensor / sequence parallel): each rank's local rows, placements kept
     module    ``RMSNorm`` / ``rms_norm``, drop-ins for ``torch.nn.RMSNorm`` / ``F.rms_norm``
     inductor_fusion  opt-in Inductor pass: residual add and gradient accumulation into the kernels
                      (imported on demand: ``from rmsnorm_kernel import inductor_fusion``)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from . import ops, transforms
+from . import dtensor, ops, transforms
 from .contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_contract
 from .double_backward import differentiable_backward, ops_backward_needed
 
@@ -351,6 +351,12 @@ def rmsnorm(
 def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
     """:func:`rmsnorm`; ``eps_positive=False`` takes any finite eps (the drop-ins' rule, as
     ``F.rms_norm``: see :func:`contract.check_contract`)."""
+    if dtensor.involved(x, weight, residual):  # tensor / sequence parallel: each rank's rows
+
+        def local(x, weight, residual):
+            return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+
+        return dtensor.local_call(local, x, weight, residual)
     if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         dtype = x.dtype  # the normalised tensor's: x, or x + residual

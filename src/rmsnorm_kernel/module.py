@@ -8,6 +8,7 @@ import numbers
 import torch
 from torch import nn
 
+from . import dtensor
 from .contract import ContractTypeError, ContractValueError
 from .function import _rmsnorm
 
@@ -88,6 +89,12 @@ def rms_norm(
             "Expected weight to be of same shape as normalized_shape, but got weight of shape "
             f"{tuple(weight.shape)} and normalized_shape = {shape}"
         )
+    if dtensor.involved(input, weight):  # each rank's rows (checked over all k normalised dims)
+
+        def local(x, w, _):
+            return rms_norm(x, shape, w, eps)
+
+        return dtensor.local_call(local, input, weight, None, k)
     if _autocast_to_float32(input):  # F.rms_norm's autocast rule: inputs cast first
         input, weight = input.float(), _float32(weight)
     # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
