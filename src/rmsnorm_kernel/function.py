@@ -326,7 +326,8 @@ def rmsnorm(
     """RMSNorm over the last dim with the Triton kernels.
 
     Args:
-        x: ``[..., N]``, float16 / bfloat16 / float32 / float64.
+        x: ``[..., N]``, float16 / bfloat16 / float32 / float64. A DTensor sharded over leading
+            dims or replicated runs on each rank's local rows (:mod:`.dtensor`).
         weight: ``(N,)`` or ``None``; any of those dtypes, any stride (a view is read in place).
         eps: > 0; ``None`` means ``torch.finfo(x.dtype).eps`` (as ``torch.nn.RMSNorm``).
         offset: scale by ``offset + weight`` (Gemma uses 1.0).
