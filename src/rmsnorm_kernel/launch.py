@@ -144,5 +144,13 @@ class CachedKernel:
         run, function, packed = handle
         grid_1 = grid[1] if len(grid) > 1 else 1
         stream = torch._C._cuda_getCurrentRawStream(device_index)
-        run(grid[0], grid_1, 1, stream, function, packed, None, None, None, *args, *floats, *consts)
+        params = (grid[0], grid_1, 1, stream, function, packed, None, None, None)
+        if torch._C._cuda_getDevice() != device_index:
+            # Tensors on another GPU than the current one (a model split over GPUs in one
+            # process, e.g. Hugging Face's device_map="auto"): the launcher checks each pointer
+            # in the current CUDA context and launches there, so that context must be theirs.
+            with torch.cuda.device(device_index):
+                run(*params, *args, *floats, *consts)
+        else:
+            run(*params, *args, *floats, *consts)
         self.launches["cached"] += 1

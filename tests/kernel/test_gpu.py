@@ -258,3 +258,16 @@ def test_fp32_dweight_error_no_worse_than_pytorch(m, n, inputs):
         (dw,) = torch.autograd.grad(fn(x, wl), (wl,), dy)
         errors[name] = (dw.double() - dw_ref).abs().max().item()
     assert errors["ours"] <= errors["torch"], errors
+
+
+def test_tensors_on_another_gpu_than_the_current_one():
+    """A model split over GPUs in one process (Hugging Face's device_map="auto"): tensors on
+    cuda:1 while cuda:0 is current, through the compiled and then the cached launches."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    torch.cuda.set_device(0)
+    for _ in range(3):  # the first call compiles, the next ones take the cached handles
+        x = torch.randn(33, 1000, device="cuda:1", dtype=torch.bfloat16)
+        w = torch.randn(1000, device="cuda:1", dtype=torch.bfloat16)
+        check_against_oracle(x, w, torch.bfloat16)
+    assert torch.cuda.current_device() == 0

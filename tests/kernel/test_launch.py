@@ -60,3 +60,35 @@ def test_a_descriptor_is_keyed_by_dtype_box_and_padding():
     assert _spec(desc(2)) == _spec(desc(2))  # the shape and strides are encoded per launch
     assert _spec(desc(2)) != _spec(desc(4))
     assert _spec(desc(2)) != _spec(desc(2, t.to(torch.bfloat16)))
+
+
+def test_cached_launch_switches_to_the_tensors_device(monkeypatch):
+    """The cached path launches inside the tensors' device when another one is current (the
+    launcher checks pointers in the current CUDA context), and stays put when it is theirs.
+    CPU check of the branch: the CUDA calls are recorded, not made."""
+    import contextlib
+
+    from rmsnorm_kernel import launch, ops
+
+    events = []
+
+    @contextlib.contextmanager
+    def device(index):
+        events.append(("enter", index))
+        yield
+        events.append(("exit", index))
+
+    kernel = launch.CachedKernel(ops.DW_SUM.fn)
+    monkeypatch.setattr(launch, "BACKEND", "cuda")
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch.cuda, "device", device)
+    args = (_BASE, _BASE, 4, 64)
+    key = (1, (32, 128), 4, 1, 1, *[launch._spec(a) for a in args])
+    kernel.handles[key] = (lambda *params: events.append(("run", params[3])), "f", "p")
+    for current in (0, 1):
+        monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda c=current: c, raising=False)
+        events.clear()
+        kernel.launch((2,), args, (), (32, 128), 4, 1, 1)
+        expected = [("enter", 1), ("run", 7), ("exit", 1)] if current == 0 else [("run", 7)]
+        assert events == expected
+    assert kernel.launches["cached"] == 2
