@@ -106,8 +106,10 @@ def rms_norm(
     return y.view(input.shape)
 
 
-class RMSNorm(nn.Module):
-    """Same constructor, attributes and ``state_dict`` (``weight``) as ``torch.nn.RMSNorm``.
+class RMSNorm(nn.RMSNorm):
+    """``torch.nn.RMSNorm`` itself (a subclass: same constructor, attributes, ``state_dict``,
+    ``reset_parameters``, ``repr``, and ``isinstance(m, torch.nn.RMSNorm)`` holds, as weight-decay
+    and wrapping rules that look for norm classes expect) whose forward runs the kernels.
 
     Args:
         normalized_shape: the trailing shape normalised over (an int, or a tuple for several dims,
@@ -117,8 +119,6 @@ class RMSNorm(nn.Module):
         elementwise_affine: learn a ``weight`` of ``normalized_shape``, initialised to ones.
     """
 
-    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
-
     def __init__(
         self,
         normalized_shape,
@@ -127,21 +127,7 @@ class RMSNorm(nn.Module):
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__()
-        self.normalized_shape = _as_shape(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = nn.Parameter(
-                torch.empty(self.normalized_shape, device=device, dtype=dtype)
-            )
-        else:
-            self.register_parameter("weight", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
+        super().__init__(_as_shape(normalized_shape), eps, elementwise_affine, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., *normalized_shape]`` -> same shape."""
@@ -154,9 +140,4 @@ class RMSNorm(nn.Module):
             "rmsnorm_kernel.RMSNorm cannot be compiled by torch.jit.script (its forward launches "
             "Triton kernels from Python); use torch.jit.trace, torch.export or torch.compile, "
             "which record the registered op rmsnorm_kernel::rmsnorm_fwd"
-        )
-
-    def extra_repr(self) -> str:
-        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(
-            **self.__dict__
         )

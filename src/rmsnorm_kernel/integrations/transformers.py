@@ -10,7 +10,7 @@ restores the original classes.
 
 A class is patched only when its math is one this file reproduces *exactly*, including where the
 result is rounded. That is decided from the installed source, statement for statement (comments,
-docstrings, type hints and decorators aside), against the two conventions below, so a class whose
+docstrings, type hints and decorators aside), against the conventions below, so a class whose
 code changes in a future transformers release is refused instead of approximated. Classes are
 recognised by that source whatever their name (T5's is ``T5LayerNorm``):
 
@@ -30,6 +30,14 @@ recognised by that source whatever their name (T5's is ``T5LayerNorm``):
 
   reproduced by :func:`_t5_forward` (below); a float64 input, which T5 multiplies in float64 by a
   float32 ``r``, is refused when the module runs.
+
+``torch``  (``torch.nn.RMSNorm`` and subclasses that keep its forward)::
+
+    y = F.rms_norm(x, normalized_shape, weight, eps)
+
+  run by the drop-in :func:`rmsnorm_kernel.rms_norm` (the same rule, dtypes, autocast rule and
+  eps: None, or any finite value). ``rmsnorm_kernel.RMSNorm`` (a ``torch.nn.RMSNorm`` that already
+  runs the kernels) is left as it is and not counted.
 
 The kernel's default rule computes ``x * r * (offset + w)`` in float32 (float64 for float64 input)
 and rounds once to ``x.dtype``: exactly gemma's rule (``offset=1``). Llama rounds twice (``x*r`` to
@@ -64,6 +72,7 @@ import torch
 from torch import nn
 
 from ..function import rmsnorm
+from ..module import RMSNorm, rms_norm
 from .fused_residual import DECODER_SOURCES, fused_decoder_forward
 
 __all__ = ["CONVENTIONS", "UnsupportedNormError", "convention_of", "patch", "unpatch"]
@@ -138,6 +147,12 @@ def _t5_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     return weight * rmsnorm(x32, None, eps)
 
 
+def _torch_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """``x [..., *normalized_shape]`` -> same shape: ``F.rms_norm``'s rule through its drop-in
+    :func:`rmsnorm_kernel.rms_norm` (the same dtypes, autocast rule and eps, None included)."""
+    return rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
 @dataclass(frozen=True)
 class Convention:
     """One exact RMSNorm rule: the source it must match and the kernel forward replacing it."""
@@ -176,10 +191,16 @@ def forward(self, hidden_states):
     return self.weight * hidden_states
 """
 
+_TORCH_SOURCE = """
+def forward(self, x):
+    return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+"""
+
 CONVENTIONS: dict[str, Convention] = {
     "llama": Convention("llama", _LLAMA_SOURCE, "variance_epsilon", _llama_forward),
     "gemma": Convention("gemma", _GEMMA_SOURCE, "eps", _gemma_forward),
     "t5": Convention("t5", _T5_SOURCE, "variance_epsilon", _t5_forward),
+    "torch": Convention("torch", _TORCH_SOURCE, "eps", _torch_forward),
 }
 #: The rules whose norm the fused residual add (``add_norm``) reproduces.
 FUSABLE_RULES = ("llama", "gemma")
@@ -195,6 +216,7 @@ FAMILIES = {
     "Gemma2RMSNorm": "gemma",
     "Gemma3RMSNorm": "gemma",
     "T5LayerNorm": "t5",
+    "RMSNorm": "torch",  # torch.nn.RMSNorm
 }
 
 
@@ -350,7 +372,32 @@ def _calls_rsqrt(cls: type) -> bool:
     return _CALLS_RSQRT[cls]
 
 
+def _check_torch_attributes(path: str, module: nn.Module) -> None:
+    """``torch.nn.RMSNorm``'s attributes as its drop-in takes them: eps None or a finite real
+    (any sign, as F.rms_norm), a weight of normalized_shape or none."""
+    cls = type(module).__name__
+    eps = module.eps
+    if eps is not None and (
+        isinstance(eps, bool)
+        or not isinstance(eps, numbers.Real)
+        or not (math.isfinite(eps) and abs(eps) <= _FLOAT32_MAX)
+    ):
+        raise UnsupportedNormError(
+            f"{cls} at '{path}': eps must be None or a finite real that fits in float32 "
+            f"(got {eps!r})"
+        )
+    weight, shape = module.weight, tuple(module.normalized_shape)
+    if weight is not None and tuple(weight.shape) != shape:
+        raise UnsupportedNormError(
+            f"{cls} at '{path}': weight must have normalized_shape {shape} "
+            f"(got {tuple(weight.shape)})"
+        )
+
+
 def _check_attributes(path: str, module: nn.Module, convention: Convention) -> None:
+    if convention.name == "torch":
+        _check_torch_attributes(path, module)
+        return
     cls = type(module).__name__
     weight = getattr(module, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
@@ -463,6 +510,8 @@ def patch(
         if _is_patched(module):
             if type(module)._rmsnorm_kernel_rule in FUSABLE_RULES:
                 rule_norms.add(id(module))
+            continue
+        if isinstance(module, RMSNorm):  # this package's own module: the kernel already
             continue
         if not _looks_like_rmsnorm(module):
             if _calls_rsqrt(type(module)):
