@@ -924,6 +924,21 @@ def _as_tuple(fn, *args):
     return (fn(*args),)
 
 
+#: The peers parts hints and packed time beside the variants (never checked against ours).
+FORWARD_PEERS = ("liger", "compile")
+
+
+def _peer_variants(x, w) -> dict:
+    """Liger's and compile's forwards of ``x, w`` as variants returning ``(y,)``, compiled afresh
+    for this shape (as the bench does); a peer that is not installed is left out."""
+    from rmsnorm_kernel.cli.bench import peers
+
+    torch._dynamo.reset()
+    built = peers.build(list(FORWARD_PEERS), EPS)
+    ready = {name: fn for name, fn in built.items() if callable(fn)}
+    return {name: functools.partial(_as_tuple, fn, x, w) for name, fn in ready.items()}
+
+
 def part_hints(rows):
     """Forward in graph mode at HINTS: the package's one-row kernel beside hint_forward.py's
     (the same kernel with eviction policies on the loads and a cache modifier on the store, each
@@ -932,11 +947,7 @@ def part_hints(rows):
     warp counts reduce in another order (within 8 units in the last place of the largest)."""
     import hint_forward
 
-    from rmsnorm_kernel.cli.bench import peers
-
     for m, n, dtype in HINTS:
-        torch._dynamo.reset()  # a fresh compile per shape, as the bench does
-        built = peers.build(["liger", "compile"], EPS)
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
@@ -957,14 +968,11 @@ def part_hints(rows):
             variants[f"x first w last w={other}"] = functools.partial(
                 hinted, other, "evict_first", "evict_last"
             )
-        for name in ("liger", "compile"):
-            if callable(built.get(name)):
-                fn = built[name]
-                variants[name] = functools.partial(_as_tuple, fn, x, w)
+        variants.update(_peer_variants(x, w))
         atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
         tols = {name: atol for name in variants if "w=" in name}
         _earlyw_rounds(
-            rows, m, n, dtype, x, variants, part="hints", unchecked=("liger", "compile"), tols=tols
+            rows, m, n, dtype, x, variants, part="hints", unchecked=FORWARD_PEERS, tols=tols
         )
         x = w = None
 
@@ -992,11 +1000,7 @@ def part_packed(rows):
     package's: each variant is checked within 8 units in the last place of the largest value."""
     import packed_forward
 
-    from rmsnorm_kernel.cli.bench import peers
-
     for m, n in PACKED:
-        torch._dynamo.reset()  # a fresh compile per shape, as the bench does
-        built = peers.build(["liger", "compile"], EPS)
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -1012,12 +1016,9 @@ def part_packed(rows):
                     )
         warps = config.forward_config(m, n, 0).num_warps
         variants[f"packed cast w={warps}"] = functools.partial(packed, warps, False)
-        for name in ("liger", "compile"):
-            if callable(built.get(name)):
-                variants[name] = functools.partial(_as_tuple, built[name], x, w)
+        variants.update(_peer_variants(x, w))
         atol = 8 * torch.finfo(x.dtype).eps * variants["default"]()[0].abs().max().item()
-        peer_names = ("liger", "compile")
-        _earlyw_rounds(rows, m, n, x.dtype, x, variants, "packed", atol, unchecked=peer_names)
+        _earlyw_rounds(rows, m, n, x.dtype, x, variants, "packed", atol, unchecked=FORWARD_PEERS)
         x = w = None
 
 
