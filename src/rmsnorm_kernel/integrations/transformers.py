@@ -161,6 +161,9 @@ class Convention:
     source: str  # the methods (forward and any helper it calls) a class must have, verbatim
     eps_attr: str
     forward: Callable
+    #: Its own check of the module's attributes, ``(path, module)``; None: a 1-dim weight and an
+    #: eps the kernel's tutorial rule takes (:func:`_check_attributes`).
+    attributes: Callable | None = None
 
 
 _LLAMA_SOURCE = """
@@ -191,6 +194,29 @@ def forward(self, hidden_states):
     return self.weight * hidden_states
 """
 
+
+def _check_torch_attributes(path: str, module: nn.Module) -> None:
+    """``torch.nn.RMSNorm``'s attributes as its drop-in takes them: eps None or a finite real
+    (any sign, as F.rms_norm), a weight of normalized_shape or none."""
+    cls = type(module).__name__
+    eps = module.eps
+    if eps is not None and (
+        isinstance(eps, bool)
+        or not isinstance(eps, numbers.Real)
+        or not (math.isfinite(eps) and abs(eps) <= _FLOAT32_MAX)
+    ):
+        raise UnsupportedNormError(
+            f"{cls} at '{path}': eps must be None or a finite real that fits in float32 "
+            f"(got {eps!r})"
+        )
+    weight, shape = module.weight, tuple(module.normalized_shape)
+    if weight is not None and tuple(weight.shape) != shape:
+        raise UnsupportedNormError(
+            f"{cls} at '{path}': weight must have normalized_shape {shape} "
+            f"(got {tuple(weight.shape)})"
+        )
+
+
 _TORCH_SOURCE = """
 def forward(self, x):
     return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
@@ -200,7 +226,7 @@ CONVENTIONS: dict[str, Convention] = {
     "llama": Convention("llama", _LLAMA_SOURCE, "variance_epsilon", _llama_forward),
     "gemma": Convention("gemma", _GEMMA_SOURCE, "eps", _gemma_forward),
     "t5": Convention("t5", _T5_SOURCE, "variance_epsilon", _t5_forward),
-    "torch": Convention("torch", _TORCH_SOURCE, "eps", _torch_forward),
+    "torch": Convention("torch", _TORCH_SOURCE, "eps", _torch_forward, _check_torch_attributes),
 }
 #: The rules whose norm the fused residual add (``add_norm``) reproduces.
 FUSABLE_RULES = ("llama", "gemma")
@@ -372,32 +398,7 @@ def _calls_rsqrt(cls: type) -> bool:
     return _CALLS_RSQRT[cls]
 
 
-def _check_torch_attributes(path: str, module: nn.Module) -> None:
-    """``torch.nn.RMSNorm``'s attributes as its drop-in takes them: eps None or a finite real
-    (any sign, as F.rms_norm), a weight of normalized_shape or none."""
-    cls = type(module).__name__
-    eps = module.eps
-    if eps is not None and (
-        isinstance(eps, bool)
-        or not isinstance(eps, numbers.Real)
-        or not (math.isfinite(eps) and abs(eps) <= _FLOAT32_MAX)
-    ):
-        raise UnsupportedNormError(
-            f"{cls} at '{path}': eps must be None or a finite real that fits in float32 "
-            f"(got {eps!r})"
-        )
-    weight, shape = module.weight, tuple(module.normalized_shape)
-    if weight is not None and tuple(weight.shape) != shape:
-        raise UnsupportedNormError(
-            f"{cls} at '{path}': weight must have normalized_shape {shape} "
-            f"(got {tuple(weight.shape)})"
-        )
-
-
 def _check_attributes(path: str, module: nn.Module, convention: Convention) -> None:
-    if convention.name == "torch":
-        _check_torch_attributes(path, module)
-        return
     cls = type(module).__name__
     weight = getattr(module, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
@@ -434,8 +435,12 @@ def _norm_plan(path: str, module: nn.Module, allow_unknown: bool) -> Convention 
             f"{cls.__module__}.{cls.__qualname__} at '{path}': {why}; pass "
             "allow_unknown=True to leave such modules unpatched"
         )
-    _check_attributes(path, module, CONVENTIONS[name])
-    return CONVENTIONS[name]
+    convention = CONVENTIONS[name]
+    if convention.attributes is not None:
+        convention.attributes(path, module)
+    else:
+        _check_attributes(path, module, convention)
+    return convention
 
 
 def _check_fusable(path: str, layer: nn.Module, rule_norms: set[int]) -> None:
