@@ -77,11 +77,11 @@ def variants():
         (torch.float32, torch.bfloat16),
     ]:
         acc = torch.float64 if dtype == torch.float64 else torch.float32
-        for n in (257, 1024, 4096, 16384, 32768, 65537):
+        for n in (257, 1024, 4096, 16384, 32768, 65536, 65537):
             m = 64
             x, w = t(m, n, dtype=dtype), t(n, dtype=w_dtype)
             rstd = t(m, dtype=acc)
-            fwd = config.forward_config(m, n, 0)
+            fwd = config.forward_config(m, n, 0, acc == torch.float64, dtype)
             for has_w, has_r, llama, sw in itertools.product(
                 (True, False), (True, False), (False, True), (1, 3)
             ):
@@ -95,7 +95,8 @@ def variants():
                     kernel = kernels.rmsnorm_forward_rows_kernel
                     yield f"fwd_rows {name}", kernel, args, fwd.num_warps
                 else:
-                    args = (x, x, w, x, x, rstd, n, n, sw, n, *floats, *consts, fwd.block >= n)
+                    flags = (fwd.block >= n, fwd.packed and not has_r, fwd.unmasked, False)
+                    args = (x, x, w, x, x, rstd, n, n, sw, n, *floats, *consts, *flags)
                     yield f"fwd {name}", kernels.rmsnorm_forward_kernel, args, fwd.num_warps
             yield from _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd)
             # Large M: the pipelined config (BWD_PIPELINE) at 4096 columns, and the several-rows
@@ -118,7 +119,7 @@ def cluster_variants():
     floats = (1e-6, 0.0, 0.0, 0.0)
     for n, warps, ctas in CLUSTER_FWD:
         x, w, rstd = t(m, n, dtype=torch.bfloat16), t(n, dtype=torch.bfloat16), t(m)
-        consts = (True, False, False, tl.float32, n, True)
+        consts = (True, False, False, tl.float32, n, True, False, False, False)
         args = (x, x, w, x, x, rstd, n, n, 1, n, *floats, *consts)
         for c in (1, ctas):
             yield (

@@ -1022,6 +1022,109 @@ def part_packed(rows):
         x = w = None
 
 
+#: Shapes of part fwdpkg: (M, N, dtype, residual). The package's packed pass at the widths it
+#: takes (bf16 65536 / 32768, several M; float16 and a residual keep the old passes), and its
+#: unmasked pass over rows exactly one block wide, from small M to past UNMASKED_MAX_ROWS.
+FWDPKG = [
+    (4096, 65536, torch.bfloat16, False),
+    (1024, 65536, torch.bfloat16, False),
+    (512, 65536, torch.bfloat16, False),
+    (4096, 65536, torch.float16, False),
+    (1024, 65536, torch.bfloat16, True),
+    (4096, 32768, torch.bfloat16, False),
+    (2048, 32768, torch.bfloat16, False),
+    (1024, 32768, torch.bfloat16, False),
+    (256, 4096, torch.bfloat16, False),
+    (1024, 4096, torch.bfloat16, False),
+    (2048, 4096, torch.bfloat16, False),
+    (4096, 4096, torch.bfloat16, False),
+    (8192, 4096, torch.bfloat16, False),
+    (16384, 4096, torch.bfloat16, False),
+    (4096, 4096, torch.float32, False),
+    (2048, 4096, torch.bfloat16, True),
+    (2048, 2048, torch.bfloat16, False),
+    (4096, 2048, torch.bfloat16, False),
+    (1024, 8192, torch.bfloat16, False),
+    (4096, 8192, torch.bfloat16, False),
+    (8192, 8192, torch.bfloat16, False),
+    (1024, 16384, torch.bfloat16, False),
+    (4096, 16384, torch.bfloat16, False),
+    (8192, 16384, torch.bfloat16, False),
+]
+
+
+def _fwd_with(x, w, res, dtype, cfg):
+    return functools.partial(ops.launch_forward, x, w, res, EPS, 0.0, dtype, config=cfg)
+
+
+#: Part fwdpkg16: float16 at the packed widths (the heuristic packs bf16 only, PACKED_DTYPES).
+FWDPKG16 = [
+    (4096, 65536, torch.float16, False),
+    (1024, 65536, torch.float16, False),
+    (2048, 32768, torch.float16, False),
+]
+
+
+def part_fwdpkg16(rows):
+    part_fwdpkg(rows, FWDPKG16)
+
+
+def part_fwdpkg(rows, shapes=FWDPKG):
+    """Forward in graph mode at FWDPKG, through the package's launcher with explicit configs: the
+    heuristic's choice (``default``), the same with ``packed`` / ``unmasked`` switched, the
+    geometry of before (the chunked pass at 65536 columns, 32 warps at 32768), the packed pass
+    at other warps, and compile and Liger (without a residual), in interleaved rounds. The packed
+    and unmasked switches change no value (checked bit for bit); other geometries reduce in
+    another order (within 8 units in the last place of the largest)."""
+    for m, n, dtype, with_res in shapes:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        res = torch.randn(m, n, device="cuda", dtype=dtype) if with_res else None
+        half = x.element_size() == 2
+        cfg = config.forward_config(m, n, 0, False, dtype if half and not with_res else None)
+        print(json.dumps(dict(part="fwdpkg", M=m, N=n, default=repr(cfg))), flush=True)
+
+        run = functools.partial(_fwd_with, x, w, res, dtype)
+
+        variants = {"default": run(cfg)}
+        exact = set()
+        if cfg.rows == 0 and cfg.block >= n:
+            if half:
+                variants[f"packed={not cfg.packed}"] = run(
+                    dataclasses.replace(cfg, packed=not cfg.packed)
+                )
+                exact.add(f"packed={not cfg.packed}")
+            if cfg.block == n:
+                variants[f"unmasked={not cfg.unmasked}"] = run(
+                    dataclasses.replace(cfg, unmasked=not cfg.unmasked)
+                )
+                exact.add(f"unmasked={not cfg.unmasked}")
+        if n == 65536:
+            variants["chunked 16384 w=32"] = run(ForwardConfig(16384, 0, 32))
+        if half and not cfg.packed and n in config.PACKED_FORWARD:  # float16, or a residual
+            warps, _ = config.PACKED_FORWARD[n]
+            for free in (False, True):
+                variants[f"packed w={warps} unmasked={free}"] = run(
+                    ForwardConfig(n, 0, warps, packed=True, unmasked=free)
+                )
+        if n == 32768:
+            variants["one pass w=32"] = run(ForwardConfig(32768, 0, 32))
+        if cfg.packed:
+            for warps in (cfg.num_warps // 2, cfg.num_warps * 2):
+                if 16 <= n // (32 * warps) <= 64 and warps <= 32:
+                    variants[f"packed w={warps}"] = run(dataclasses.replace(cfg, num_warps=warps))
+        if res is None:
+            variants.update(_peer_variants(x, w))
+        atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
+        tols = {name: 0.0 for name in exact}
+        label = f"{dtype} residual" if with_res else str(dtype)  # (the variants' names)
+        _earlyw_rounds(
+            rows, m, n, label, x, variants, "fwdpkg", atol, unchecked=FORWARD_PEERS, tols=tols
+        )
+        x = w = res = None
+
+
 #: Shapes of part tmabwd: where quack leads the fwd+bwd (bench 2026-11-30, session 24: 65536 x
 #: 1024 0.91x, 16384 x 4096 fp32 0.97x, bf16 1.02x) and 512 / 2048 columns for comparison.
 TMA_BWD = [

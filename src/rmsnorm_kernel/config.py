@@ -213,12 +213,16 @@ class ForwardConfig:
     walked in ``block``-column chunks (read twice). ``ctas``: CTAs per program (``num_ctas``; more
     than 1 makes each program a thread-block cluster on Hopper: Triton splits the program's
     tensors over the CTAs and meets their reductions in distributed shared memory).
+    ``packed``: one pass over 16-bit rows kept 16-bit in registers (see PACKED_FORWARD).
+    ``unmasked``: one pass over rows exactly ``block`` wide, without masks (UNMASKED_MAX_ROWS).
     """
 
     block: int
     rows: int
     num_warps: int
     ctas: int = 1
+    packed: bool = False
+    unmasked: bool = False
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
@@ -232,6 +236,16 @@ class ForwardConfig:
                 f"ForwardConfig.block must be >= N = {n} with rows > 0 (got {self.block})"
             )
         _check_clusters_supported("ForwardConfig.ctas", self.ctas)
+        if self.packed and (self.rows or self.block < n):
+            raise ContractValueError(
+                "ForwardConfig.packed needs one whole row per program: rows == 0 and "
+                f"block >= N = {n} (got rows={self.rows}, block={self.block})"
+            )
+        if self.unmasked and (self.rows or self.block != n):
+            raise ContractValueError(
+                "ForwardConfig.unmasked needs one row per program exactly block wide: rows == 0 "
+                f"and block == N = {n} (got rows={self.rows}, block={self.block})"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,11 +422,16 @@ def _row_warps(block: int) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def forward_config(
-    m: int, n: int, device_index: int | None, float64: bool = False
+    m: int,
+    n: int,
+    device_index: int | None,
+    float64: bool = False,
+    packable: torch.dtype | None = None,
 ) -> ForwardConfig:
     """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
     ``device_index`` (None: the interpreter); ``float64``: float64 math (never clustered: not
-    measured)."""
+    measured); ``packable``: the rows' dtype where the packed pass could take them (16-bit rows
+    and no residual; see PACKED_FORWARD), else None."""
     if n <= ROWS_MAX_N:
         block = triton.next_power_of_2(n)
         rows = max(1, ROWS_TILE_BY_BLOCK.get(block, ROWS_TILE) // block)
@@ -426,12 +445,47 @@ def forward_config(
                 return ForwardConfig(block, 0, ONE_ROW_SHORT_WARPS[block])
         return ForwardConfig(block, rows, warps)
     block = triton.next_power_of_2(n)
+    if packable in PACKED_DTYPES and n == block and block in PACKED_FORWARD:
+        warps, unmasked_pass = PACKED_FORWARD[block]
+        return ForwardConfig(block, 0, warps, packed=True, unmasked=unmasked_pass)
     if n <= MAX_FUSED_N:
-        return ForwardConfig(block, 0, _row_warps(block))
+        return ForwardConfig(block, 0, _row_warps(block), unmasked=unmasked(m, n, block))
     if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
+
+
+#: 16-bit rows (PACKED_DTYPES) exactly this wide (block: warps, unmasked) take the packed one
+#: pass: the row read from DRAM once and kept 16-bit in registers (54 registers per thread at
+#: 65536 columns and 32 warps, no spills; the float32 one pass spills 136 bytes, compile_check.py
+#: on sm_90), instead of the chunked pass that reads it twice. Graph replay, H200, Triton 3.6
+#: (tune.py part fwdpkg, fifteenth session, 2026-12-01), bf16:
+#:   65536 columns, 32 warps, unmasked: 262.2 / 71.1 / 39.9 us at 4096 / 1024 / 512 rows against
+#:   359.3 / 93.4 / 46.2 chunked (masked and packed: 309.3 / 86.6 / 45.3; quack 262.5 at 4096);
+#:   32768 columns, 16 warps, masked: 133.3 / 69.0 / 37.5 us at 4096 / 2048 / 1024 rows against
+#:   145.3 / 74.5 / 39.4 one pass at 32 warps (unmasked: 144.0 / 74.0 / 39.2; compile 128.7 /
+#:   67.6 / 37.0 leads there).
+#: Not at 16384 and narrower (within 1-3% either way), nor float32, nor with a residual (x, the
+#: residual and their sum live at once: 184 bytes spilled at 65536 columns; 1024 x 65536 149.6 us
+#: chunked).
+PACKED_FORWARD = {32768: (16, False), 65536: (32, True)}
+#: Dtypes the heuristic packs: float16 widens through its bits too (kernels._widen_by_bits), but
+#: its timing is not measured yet (two casts instead: 363.9 us vs 359.7 chunked at 4096 x 65536).
+PACKED_DTYPES = (torch.bfloat16,)
+#: Rows exactly one block wide, up to this many, load and store without masks: the one-row
+#: kernel is latency-bound there. Graph replay, H200, bf16 (tune.py part fwdpkg, fifteenth
+#: session, 2026-12-01), unmasked against masked: 4096 columns at 1024 / 2048 / 4096 rows 4.43 /
+#: 6.65 / 17.35 us against 4.59 / 7.08 / 17.54, 2048 columns at 2048 / 4096 rows 4.29 / 6.71
+#: against 4.40 / 6.88, 16384 columns at 1024 / 4096 rows 18.21 / 65.01 against 18.54 / 66.54;
+#: losses at 256 x 4096 (2.32 against 2.28) and 1024 x 8192 (7.26 against 7.09); above 4096
+#: rows within 0.7% either way (8192 x 4096 33.08 against 33.14, 8192 x 8192 65.63 against 65.44).
+UNMASKED_MAX_ROWS = 4096
+
+
+def unmasked(m: int, n: int, block: int) -> bool:
+    """Whether a one-pass forward of ``m`` rows of ``n`` columns in a ``block`` drops its masks."""
+    return n == block and m <= UNMASKED_MAX_ROWS
 
 
 def _bwd_warps(block: int) -> int:

@@ -41,6 +41,44 @@ WEIGHT_FIRST_MAX_BLOCK = tl.constexpr(8192)
 
 
 @triton.jit
+def _row_load(ptrs, mask, UNMASKED: tl.constexpr):
+    """A row's values (0 where masked off); ``UNMASKED``: every lane is in the row."""
+    if UNMASKED:
+        v = tl.load(ptrs)
+    else:
+        v = tl.load(ptrs, mask=mask, other=0.0)
+    return v
+
+
+@triton.jit
+def _row_store(ptrs, v, mask, UNMASKED: tl.constexpr):
+    if UNMASKED:
+        tl.store(ptrs, v)
+    else:
+        tl.store(ptrs, v, mask=mask)
+
+
+@triton.jit
+def _widen_by_bits(v):
+    """A 16-bit float tensor -> float32 exactly, computed from its bits (not a cast, which the
+    compiler would merge with the reduction's cast). bfloat16 is float32's top half: a 16-bit
+    shift. float16: sign, exponent and mantissa moved into float32's fields, then scaled by
+    2**112 (the exponent biases' difference; exact for normals and subnormals alike), with inf
+    and NaN (exponent all ones) rebuilt directly."""
+    bits = v.to(tl.uint16, bitcast=True).to(tl.uint32)
+    if v.dtype == tl.bfloat16:
+        wide = (bits << 16).to(tl.float32, bitcast=True)
+    else:
+        sign = (bits & 0x8000) << 16
+        body = (bits & 0x7FFF) << 13
+        scaled = body.to(tl.float32, bitcast=True) * 5.192296858534828e33  # 2**112
+        special = (body | 0x7F800000).to(tl.float32, bitcast=True)  # inf, or NaN's payload
+        magnitude = tl.where((bits & 0x7C00) == 0x7C00, special, scaled)
+        wide = (magnitude.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return wide
+
+
+@triton.jit
 def rmsnorm_forward_kernel(
     X,  # pointer to the input rows, row stride stride_x, unit column stride
     RES,  # pointer to the residual rows (read only when HAS_RESIDUAL)
@@ -62,9 +100,18 @@ def rmsnorm_forward_kernel(
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK: tl.constexpr,  # work width: columns handled at once (a power of two)
     ONE_PASS: tl.constexpr,  # N <= BLOCK: the whole row stays in registers
+    PACKED: tl.constexpr,  # ONE_PASS, 16-bit rows: keep the row 16-bit, widen it by its bits
+    UNMASKED: tl.constexpr,  # ONE_PASS and N == BLOCK: loads and stores without masks
+    HAS_OFFSET: tl.constexpr,  # offset != 0 (else y = x * r * w, with no add)
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
-    the row, mostly from L2)."""
+    the row, mostly from L2).
+
+    ``PACKED`` (see config.PACKED_FORWARD): the row is kept in registers in its 16-bit dtype, two
+    values per register, and widened twice: by a cast for the sum of squares and through its
+    bits for the output (``_widen_by_bits``). Two different expressions, so the
+    compiler does not keep one float32 copy of the row live across the reduction; the values are
+    the same bits either way."""
     row = tl.program_id(0).to(tl.int64)
     eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)  # both parts are exact float32 values
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
@@ -75,27 +122,34 @@ def rmsnorm_forward_kernel(
     cols = tl.arange(0, BLOCK)
     if ONE_PASS:
         mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+        x16 = _row_load(x_row + cols, mask, UNMASKED)  # X's dtype
+        x = x16.to(ACC)
         if HAS_WEIGHT and BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
             # Issued with the row's load: its latency hides behind the reduction.
-            w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
+            w = _row_load(W + cols * stride_w, mask, UNMASKED)
         else:
             w = tl.zeros([BLOCK], dtype=W.dtype.element_ty)  # unused: loaded below, or no weight
         if HAS_RESIDUAL:
-            h = (x + tl.load(res_row + cols, mask=mask, other=0.0).to(ACC)).to(H.dtype.element_ty)
-            tl.store(h_row + cols, h, mask=mask)
-            x = h.to(ACC)  # normalise the rounded sum the caller receives
+            res = _row_load(res_row + cols, mask, UNMASKED).to(ACC)
+            x16 = (x + res).to(H.dtype.element_ty)
+            _row_store(h_row + cols, x16, mask, UNMASKED)
+            x = x16.to(ACC)  # normalise the rounded sum the caller receives
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
         if BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
             tl.store(RSTD + row, rstd)  # before the output, with the weight-first order
+        if PACKED:
+            x = _widen_by_bits(x16)  # the same values as the cast, from the 16-bit row
         y = x * rstd
         if LLAMA:
             y = y.to(X.dtype.element_ty).to(ACC)
         if HAS_WEIGHT:
             if BLOCK > WEIGHT_FIRST_MAX_BLOCK:
-                w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
-            y = y * (w.to(ACC) + offset)
-        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=mask)
+                w = _row_load(W + cols * stride_w, mask, UNMASKED)
+            if HAS_OFFSET:
+                y = y * (w.to(ACC) + offset)
+            else:  # the add alone costs the packed pass its spill-free registers
+                y = y * w.to(ACC)
+        _row_store(y_row + cols, y.to(Y.dtype.element_ty), mask, UNMASKED)
         if BLOCK > WEIGHT_FIRST_MAX_BLOCK:
             tl.store(RSTD + row, rstd)
     else:
@@ -123,7 +177,10 @@ def rmsnorm_forward_kernel(
             if LLAMA:
                 y = y.to(X.dtype.element_ty).to(ACC)
             if HAS_WEIGHT:
-                y = y * (tl.load(W + c * stride_w, mask=mask, other=0.0).to(ACC) + offset)
+                w = tl.load(W + c * stride_w, mask=mask, other=0.0).to(ACC)
+                if HAS_OFFSET:
+                    w += offset
+                y = y * w
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
         tl.store(RSTD + row, rstd)
 

@@ -216,10 +216,18 @@ def launch_forward(
     if m == 0:
         return y, h, rstd
     index = _device_index(x2)
+    half = x2.element_size() == 2
     if config is None:
-        config = forward_config(m, n, index, acc == torch.float64)
+        # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
+        packable = x2.dtype if half and residual2 is None else None
+        config = forward_config(m, n, index, acc == torch.float64, packable)
     else:
         config.check(n)
+        if config.packed and not half:
+            raise ContractValueError(
+                "ForwardConfig.packed keeps 16-bit rows (float16, bfloat16) packed "
+                f"(got x {x2.dtype})"
+            )
     block, rows = config.block, config.rows
     floats = (*split_float(eps), *split_float(offset))
     weight, sw = weight_of(weight)
@@ -245,7 +253,17 @@ def launch_forward(
             (m,),
             (x2, r, w, y, h if has_r else y, rstd, sx, sr, sw, n),
             floats,
-            (has_w, has_r, llama, _TL_DTYPES[acc], block, block >= n),
+            (
+                has_w,
+                has_r,
+                llama,
+                _TL_DTYPES[acc],
+                block,
+                block >= n,
+                config.packed,
+                config.unmasked,
+                offset != 0.0,
+            ),
             config.num_warps,
             1,
             index,

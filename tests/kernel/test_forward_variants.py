@@ -1,0 +1,203 @@
+"""The one-row forward's packed and unmasked passes (``ForwardConfig.packed`` / ``.unmasked``)
+against the float64 oracle, and bit for bit against the plain one pass: they change how a row
+sits in registers and whether lanes are masked, never a value.
+
+CPU cases use narrow rows (the interpreter runs the same kernel code); the widths the heuristic
+gives these passes (config.PACKED_FORWARD) run on the GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from kernel_helpers import assert_close, oracle_y
+
+from rmsnorm_kernel import config, ops
+from rmsnorm_kernel.config import ForwardConfig
+from rmsnorm_kernel.contract import ContractValueError
+
+BF16 = torch.bfloat16
+
+
+def _launch(x, w, cfg, *, offset=0.0, residual=None, llama=False, out_dtype=None):
+    return ops.launch_forward(
+        x, w, residual, 1e-6, offset, out_dtype or x.dtype, llama=llama, config=cfg
+    )
+
+
+def _bits_equal(a, b, what):
+    assert a.dtype == b.dtype, what
+    same = (a.view(torch.int16) if a.element_size() == 2 else a.view(torch.int32)) == (
+        b.view(torch.int16) if b.element_size() == 2 else b.view(torch.int32)
+    )
+    assert bool(same.all()), f"{what}: {int((~same).sum())} values differ in their bits"
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("n", [256, 300])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize("with_weight", [True, False])
+def test_packed_pass_matches_the_oracle_and_the_plain_pass(device, dtype, n, offset, with_weight):
+    block = 512
+    x = torch.randn(6, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype) if with_weight else None
+    plain = ForwardConfig(block, 0, 4)
+    packed = dataclasses.replace(plain, packed=True)
+    y, _, rstd = _launch(x, w, packed, offset=offset)
+    assert_close(y, oracle_y(x, w, offset=offset), dtype, f"y with {packed}")
+    y0, _, rstd0 = _launch(x, w, plain, offset=offset)
+    _bits_equal(y, y0, "packed vs plain y")
+    _bits_equal(rstd, rstd0, "packed vs plain rstd")
+
+
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+def test_packed_pass_widens_every_bit_pattern_exactly(device, dtype):
+    """Subnormals, signed zeros, inf and NaN come out of the bit widening as out of a cast."""
+    n = 512
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(dtype).reshape(-1, n).to(device)
+    finite = torch.isfinite(x.float()).all(-1)
+    w = torch.ones(n, device=device, dtype=dtype)
+    # Rows with inf / NaN are NaN throughout in both; the finite ones carry the extreme values.
+    cfg = ForwardConfig(n, 0, 4)
+    for llama in (False, True):
+        y, _, rstd = _launch(x, w, dataclasses.replace(cfg, packed=True), llama=llama)
+        y0, _, rstd0 = _launch(x, w, cfg, llama=llama)
+        _bits_equal(y, y0, f"packed vs plain y, llama={llama}")
+        _bits_equal(rstd, rstd0, f"packed vs plain rstd, llama={llama}")
+    assert int(finite.sum()) > 0
+
+
+def test_packed_pass_with_every_feature(device):
+    """Residual (h written and normalised), Llama's rounding, a strided weight view, rows with a
+    stride, a float32 output: each against the oracle and bit for bit against the plain pass."""
+    m, n = 5, 200
+    cfg = ForwardConfig(256, 0, 4)
+    packed = dataclasses.replace(cfg, packed=True)
+    base = torch.randn(m, 2 * n, device=device).to(BF16)
+    x = base[:, :n]  # rows 2n apart
+    w_store = (1 + 0.5 * torch.randn(3 * n, device=device)).to(BF16)
+    w = w_store[::3]  # a weight view with stride 3
+    res = torch.randn(m, n, device=device).to(BF16)
+    kw = dict(offset=1.0, residual=res, llama=True)
+    y, h, rstd = ops.launch_forward(
+        x, w, res, 1e-6, 1.0, BF16, stride_x=x.stride(0), llama=True, config=packed
+    )
+    y0, h0, rstd0 = ops.launch_forward(
+        x, w, res, 1e-6, 1.0, BF16, stride_x=x.stride(0), llama=True, config=cfg
+    )
+    for a, b, what in ((y, y0, "y"), (h, h0, "h"), (rstd, rstd0, "rstd")):
+        _bits_equal(a, b, f"packed vs plain {what} ({kw})")
+    _bits_equal(h, (x.float() + res.float()).to(BF16), "h = x + residual, rounded once")
+    y32, _, _ = _launch(x.contiguous(), w, packed, out_dtype=torch.float32)
+    assert y32.dtype == torch.float32
+    assert_close(y32, oracle_y(x, w), torch.float32, "float32 output of bfloat16 rows")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, BF16, torch.float64])
+@pytest.mark.parametrize("offset", [0.0, 0.5])
+def test_unmasked_pass_matches_the_oracle_and_the_masked_pass(device, dtype, offset):
+    m, n = 7, 256
+    x = torch.randn(m, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    cfg = ForwardConfig(n, 0, 4)
+    y, _, rstd = _launch(x, w, dataclasses.replace(cfg, unmasked=True), offset=offset)
+    assert_close(y, oracle_y(x, w, offset=offset), dtype, "y unmasked")
+    y0, _, rstd0 = _launch(x, w, cfg, offset=offset)
+    assert torch.equal(y, y0) and torch.equal(rstd, rstd0)
+    res = torch.randn(m, n, device=device).to(dtype)
+    y1, h1, _ = _launch(x, w, dataclasses.replace(cfg, unmasked=True), residual=res)
+    y2, h2, _ = _launch(x, w, cfg, residual=res)
+    assert torch.equal(y1, y2) and torch.equal(h1, h2)
+
+
+def test_zero_offset_keeps_the_sign_of_a_zero_weight(device):
+    """With offset 0 the weight multiplies as F.rms_norm's does: a -0.0 weight gives a signed
+    zero like x * r * w (adding +0.0 first would turn it into +0.0)."""
+    x = torch.ones(2, 64, device=device)
+    w = torch.full((64,), -0.0, device=device)
+    y, _, _ = _launch(x, w, ForwardConfig(64, 0, 4))
+    expected = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+    assert torch.equal(torch.signbit(y), torch.signbit(expected))
+
+
+def test_packed_and_unmasked_configs_are_checked_before_any_output(device):
+    x = torch.randn(4, 300, device=device)
+    with pytest.raises(ContractValueError, match="ForwardConfig.packed keeps 16-bit rows"):
+        _launch(x, None, ForwardConfig(512, 0, 4, packed=True))
+    xb = x.to(BF16)
+    with pytest.raises(ContractValueError, match="ForwardConfig.packed needs one whole row"):
+        _launch(xb, None, ForwardConfig(256, 0, 4, packed=True))
+    with pytest.raises(ContractValueError, match="ForwardConfig.packed needs one whole row"):
+        _launch(xb, None, ForwardConfig(512, 1, 4, packed=True))
+    with pytest.raises(ContractValueError, match="ForwardConfig.unmasked needs one row"):
+        _launch(x, None, ForwardConfig(512, 0, 4, unmasked=True))
+    with pytest.raises(ContractValueError, match="ForwardConfig.unmasked needs one row"):
+        _launch(x[:, :256], None, ForwardConfig(256, 1, 4, unmasked=True))
+
+
+def test_the_heuristic_packs_bfloat16_rows_of_the_measured_widths():
+    for n, warps in config.PACKED_FORWARD.items():
+        cfg = config.forward_config(1024, n, None, packable=BF16)
+        assert cfg == ForwardConfig(n, 0, warps[0], packed=True, unmasked=warps[1])
+        cfg.check(n)
+        assert not config.forward_config(1024, n, None).packed  # float32, or a residual
+        assert not config.forward_config(1024, n, None, packable=torch.float16).packed
+    assert not config.forward_config(1024, 40000, None, packable=BF16).packed  # padded block
+    assert not config.forward_config(1024, 16384, None, packable=BF16).packed
+    assert not config.forward_config(1024, 131072, None, packable=BF16).packed
+
+
+def test_the_heuristic_unmasks_rows_exactly_one_block_wide_at_small_m():
+    small = config.UNMASKED_MAX_ROWS
+    assert config.forward_config(small, 4096, None).unmasked
+    assert config.forward_config(1024, 8192, None).unmasked
+    assert not config.forward_config(small + 1, 4096, None).unmasked
+    assert not config.forward_config(1024, 4000, None).unmasked  # masked lanes in the block
+    assert config.forward_config(1024, 512, None).rows  # short rows: the several-rows kernel
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypatch, residual):
+    """The launcher offers the packed pass 16-bit rows without a residual only."""
+    seen = []
+    real = config.forward_config
+
+    def spy(m, n, index, float64=False, packable=None):
+        seen.append(packable)
+        return real(m, n, index, float64, packable)
+
+    monkeypatch.setattr(ops, "forward_config", spy)
+    x = torch.randn(2, 64, device=device)
+    res = torch.randn(2, 64, device=device)
+    half = (torch.float16, BF16)
+    for dtype in (*half, torch.float32):
+        expected = dtype if dtype in half and not residual else None
+        seen.clear()
+        ops.launch_forward(x.to(dtype), None, res.to(dtype) if residual else None, 1e-6, 0.0, dtype)
+        assert seen == [expected], dtype
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", sorted(config.PACKED_FORWARD))
+@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize("llama", [False, True])
+def test_packed_pass_at_its_widths_on_the_gpu(n, dtype, llama):
+    """The widths the heuristic packs, compiled, masked and not: the oracle, and the bits of the
+    plain one pass at the same warps (the same reduction order)."""
+    x = torch.randn(37, n, device="cuda").to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
+    warps, _ = config.PACKED_FORWARD[n]
+    if dtype == BF16:
+        assert config.forward_config(37, n, 0, packable=BF16).packed
+    for free, offset in ((False, 0.0), (True, 0.0), (True, 1.0)):
+        cfg = ForwardConfig(n, 0, warps, packed=True, unmasked=free)
+        y, _, rstd = _launch(x, w, cfg, offset=offset, llama=llama)
+        if not llama:
+            assert_close(y, oracle_y(x, w, offset=offset), dtype, f"y with {cfg}")
+        plain = dataclasses.replace(cfg, packed=False, unmasked=False)
+        y0, _, rstd0 = _launch(x, w, plain, offset=offset, llama=llama)
+        _bits_equal(y, y0, f"{cfg} vs {plain}")
+        _bits_equal(rstd, rstd0, f"rstd of {cfg} vs {plain}")
