@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark against every peer (quack included), then the Llama comparison. quack's cu13 library
 # wheel (92 MB) exceeds what one device call carries: suite.sh (the previous call) left its first
-# half in /root/wq1; this call brings the second half and the small cutlass wheels in .wq2/.
+# half in /root/wq1 (and .whl in /root/whl); this call brings the second half and the small
+# cutlass wheels in .wq2/ (carry .wq2 alone: with .whl as well the call is over 64 MiB).
 #   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
 # AFTER=probes runs the shared eager probes at both widths (Liger beside us) after the benchmark
 # instead of the Llama experiment sweep (AFTER=llama, the default); AFTER=none: the bench only. T39=1 runs everything under
@@ -18,7 +19,9 @@ if [ -f /root/wq1/cu13.part.aa ] && [ -f .wq2/cu13.part.ab ]; then
 else
   echo "quack's libraries missing (/root/wq1 or .wq2): quack will show as not installed"
 fi
-cp .whl/*.whl $wheels/
+# .whl here, or the copy suite.sh (the previous call) kept: carry only .wq2 with this call.
+if [ -d .whl ]; then cp .whl/*.whl $wheels/; elif [ -d /root/whl ]; then cp /root/whl/*.whl $wheels/
+else echo "no .whl here nor in /root/whl: carry .whl, or run suite.sh just before"; exit 1; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src
 if [ "${T39:-0}" = 1 ]; then

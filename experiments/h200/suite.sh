@@ -3,7 +3,7 @@
 # every command-set check. Run from the repo root on a machine whose python3 has torch, triton,
 # lightning and transformers (the H200 image); wheels for what it lacks (hydra-core, omegaconf,
 # antlr4, tbparse, liger-kernel, ...) in .whl/. If .wq1/ was carried (quack's first half), it is
-# kept in /root for bench.sh, which must be the very next call.
+# kept in /root for bench.sh, which must be the very next call (.whl is kept there too).
 #   bash experiments/h200/suite.sh "$OUT" [PYTEST_S]
 set -u
 out=${1:?usage: suite.sh OUTDIR}
@@ -13,6 +13,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src
 [ -d .wq1 ] && mkdir -p /root/wq1 && cp .wq1/* /root/wq1/
+# bench.sh then need not carry .whl (tree + .whl + .wq2 came to 67 MB, over one call's 64 MiB).
+mkdir -p /root/whl && cp .whl/*.whl /root/whl/
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, triton, lightning, transformers, hydra; print('torch', torch.__version__, 'triton', triton.__version__, 'lightning', lightning.__version__, 'transformers', transformers.__version__, 'hydra', hydra.__version__)"

@@ -445,8 +445,8 @@ def forward_config(
                 return ForwardConfig(block, 0, ONE_ROW_SHORT_WARPS[block])
         return ForwardConfig(block, rows, warps)
     block = triton.next_power_of_2(n)
-    if packable in PACKED_DTYPES and n == block and block in PACKED_FORWARD:
-        warps, unmasked_pass = PACKED_FORWARD[block]
+    if n == block and block in PACKED_FORWARD.get(packable, ()):
+        warps, unmasked_pass = PACKED_FORWARD[packable][block]
         return ForwardConfig(block, 0, warps, packed=True, unmasked=unmasked_pass)
     if n <= MAX_FUSED_N:
         return ForwardConfig(block, 0, _row_warps(block), unmasked=unmasked(m, n, block))
@@ -456,23 +456,29 @@ def forward_config(
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
 
 
-#: 16-bit rows (PACKED_DTYPES) exactly this wide (block: warps, unmasked) take the packed one
-#: pass: the row read from DRAM once and kept 16-bit in registers (54 registers per thread at
+#: 16-bit rows exactly this wide (dtype: {block: (warps, unmasked)}) take the packed one pass: the
+#: row read from DRAM once and kept 16-bit in registers (54 registers per thread for bf16 at
 #: 65536 columns and 32 warps, no spills; the float32 one pass spills 136 bytes, compile_check.py
 #: on sm_90), instead of the chunked pass that reads it twice. Graph replay, H200, Triton 3.6
-#: (tune.py part fwdpkg, fifteenth session, 2026-12-01), bf16:
-#:   65536 columns, 32 warps, unmasked: 262.2 / 71.1 / 39.9 us at 4096 / 1024 / 512 rows against
-#:   359.3 / 93.4 / 46.2 chunked (masked and packed: 309.3 / 86.6 / 45.3; quack 262.5 at 4096);
-#:   32768 columns, 16 warps, masked: 133.3 / 69.0 / 37.5 us at 4096 / 2048 / 1024 rows against
-#:   145.3 / 74.5 / 39.4 one pass at 32 warps (unmasked: 144.0 / 74.0 / 39.2; compile 128.7 /
-#:   67.6 / 37.0 leads there).
+#: (tune.py parts fwdpkg and fwdpkg16, fifteenth session, 2026-12-01):
+#:   bf16, 65536 columns, 32 warps, unmasked: 262.2 / 71.1 / 39.9 us at 4096 / 1024 / 512 rows
+#:   against 359.3 / 93.4 / 46.2 chunked (masked and packed: 309.3 / 86.6 / 45.3; quack 258.3 at
+#:   4096 in the last bench with it);
+#:   bf16, 32768 columns, 16 warps, masked: 133.3 / 69.0 / 37.5 us at 4096 / 2048 / 1024 rows
+#:   against 145.3 / 74.5 / 39.4 one pass at 32 warps (unmasked at 16 warps: 144.0 / 74.0 / 39.2;
+#:   32 warps masked 142.6 / 73.0 / 38.7; 32 warps unmasked not measured; compile 128.7 / 67.6 /
+#:   37.0 leads there);
+#:   fp16, 65536 columns, 32 warps, unmasked: 313.0 / 86.1 us at 4096 / 1024 rows against 360.0 /
+#:   91.5 chunked (masked: 365.3 / 98.6); fp16, 32768 columns, 32 warps, unmasked: 67.5 us at 2048
+#:   rows against 70.4 unpacked (16 warps: 93.7 unmasked, 106.5 masked: float16's widening takes
+#:   more registers).
 #: Not at 16384 and narrower (within 1-3% either way), nor float32, nor with a residual (x, the
 #: residual and their sum live at once: 184 bytes spilled at 65536 columns; 1024 x 65536 149.6 us
 #: chunked).
-PACKED_FORWARD = {32768: (16, False), 65536: (32, True)}
-#: Dtypes the heuristic packs: float16 widens through its bits too (kernels._widen_by_bits), but
-#: its timing is not measured yet (two casts instead: 363.9 us vs 359.7 chunked at 4096 x 65536).
-PACKED_DTYPES = (torch.bfloat16,)
+PACKED_FORWARD = {
+    torch.bfloat16: {32768: (16, False), 65536: (32, True)},
+    torch.float16: {32768: (32, True), 65536: (32, True)},
+}
 #: Rows exactly one block wide, up to this many, load and store without masks: the one-row
 #: kernel is latency-bound there. Graph replay, H200, bf16 (tune.py part fwdpkg, fifteenth
 #: session, 2026-12-01), unmasked against masked: 4096 columns at 1024 / 2048 / 4096 rows 4.43 /

@@ -138,13 +138,15 @@ def test_packed_and_unmasked_configs_are_checked_before_any_output(device):
         _launch(x[:, :256], None, ForwardConfig(256, 1, 4, unmasked=True))
 
 
-def test_the_heuristic_packs_bfloat16_rows_of_the_measured_widths():
-    for n, warps in config.PACKED_FORWARD.items():
-        cfg = config.forward_config(1024, n, None, packable=BF16)
-        assert cfg == ForwardConfig(n, 0, warps[0], packed=True, unmasked=warps[1])
-        cfg.check(n)
-        assert not config.forward_config(1024, n, None).packed  # float32, or a residual
-        assert not config.forward_config(1024, n, None, packable=torch.float16).packed
+def test_the_heuristic_packs_16_bit_rows_of_the_measured_widths():
+    assert set(config.PACKED_FORWARD) == {BF16, torch.float16}
+    for dtype, widths in config.PACKED_FORWARD.items():
+        for n, (warps, free) in widths.items():
+            cfg = config.forward_config(1024, n, None, packable=dtype)
+            assert cfg == ForwardConfig(n, 0, warps, packed=True, unmasked=free)
+            cfg.check(n)
+            assert not config.forward_config(1024, n, None).packed  # float32, or a residual
+    assert config.PACKED_FORWARD[BF16][65536] == (32, True)  # 262.2 us against 359.3 chunked
     assert not config.forward_config(1024, 40000, None, packable=BF16).packed  # padded block
     assert not config.forward_config(1024, 16384, None, packable=BF16).packed
     assert not config.forward_config(1024, 131072, None, packable=BF16).packed
@@ -181,17 +183,17 @@ def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypa
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", sorted(config.PACKED_FORWARD))
-@pytest.mark.parametrize("dtype", [BF16, torch.float16])
+@pytest.mark.parametrize(
+    "dtype,n", [(d, n) for d, widths in config.PACKED_FORWARD.items() for n in sorted(widths)]
+)
 @pytest.mark.parametrize("llama", [False, True])
-def test_packed_pass_at_its_widths_on_the_gpu(n, dtype, llama):
+def test_packed_pass_at_its_widths_on_the_gpu(dtype, n, llama):
     """The widths the heuristic packs, compiled, masked and not: the oracle, and the bits of the
     plain one pass at the same warps (the same reduction order)."""
     x = torch.randn(37, n, device="cuda").to(dtype)
     w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
-    warps, _ = config.PACKED_FORWARD[n]
-    if dtype == BF16:
-        assert config.forward_config(37, n, 0, packable=BF16).packed
+    warps, _ = config.PACKED_FORWARD[dtype][n]
+    assert config.forward_config(37, n, 0, packable=dtype).packed
     for free, offset in ((False, 0.0), (True, 0.0), (True, 1.0)):
         cfg = ForwardConfig(n, 0, warps, packed=True, unmasked=free)
         y, _, rstd = _launch(x, w, cfg, offset=offset, llama=llama)
