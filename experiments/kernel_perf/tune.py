@@ -919,6 +919,47 @@ HINTS = [
 ]
 
 
+#: Part hintslast: Inductor's order of hints (its kernel at 8192 columns, kept by hints_h200.sh in
+#: the fifteenth session: the row loaded evict_last, the weight evict_last, 16 warps), which
+#: part hints did not time (its x hint was evict_first only), at the shapes compile leads.
+HINTS_LAST = [
+    (32768, 8192, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (16384, 4096, torch.float32),
+]
+
+
+def part_hintslast(rows):
+    """Forward in graph mode at HINTS_LAST: the package's kernel beside hint_forward.py's with
+    evict_last on x (alone, with evict_last on the weight, with a streaming store) at the
+    default warps and at 16, and compile, in interleaved rounds (hints change no value: checked
+    bit for bit at the default warps; 16 warps within 8 units in the last place)."""
+    import hint_forward
+
+    for m, n, dtype in HINTS_LAST:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        warps = _row_warps(triton.next_power_of_2(n))
+        hinted = functools.partial(hint_forward.launch, x, w, EPS)
+        variants = {
+            "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
+        }
+        for wp in sorted({warps, 16}):
+            variants[f"x last w={wp}"] = functools.partial(hinted, wp, "evict_last")
+            variants[f"x last w last w={wp}"] = functools.partial(
+                hinted, wp, "evict_last", "evict_last"
+            )
+            variants[f"x last y cs w={wp}"] = functools.partial(hinted, wp, "evict_last", "", ".cs")
+        variants.update(_peer_variants(x, w))
+        atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
+        tols = {name: (0.0 if f"w={warps}" in name else atol) for name in variants}
+        _earlyw_rounds(
+            rows, m, n, dtype, x, variants, part="hintslast", unchecked=FORWARD_PEERS, tols=tols
+        )
+        x = w = None
+
+
 def _as_tuple(fn, *args):
     """A peer's forward as ``(y,)``: _earlyw_rounds reads ``fn()[0]``."""
     return (fn(*args),)
@@ -1147,7 +1188,10 @@ def part_fwdpkg(rows, shapes=FWDPKG):
         if cfg.packed:
             for warps in (cfg.num_warps // 2, cfg.num_warps * 2):
                 if 16 <= n // (32 * warps) <= 64 and warps <= 32:
-                    variants[f"packed w={warps}"] = run(dataclasses.replace(cfg, num_warps=warps))
+                    for free in (False, True):  # (float16's best at 32768: 32 warps, unmasked)
+                        variants[f"packed w={warps} unmasked={free}"] = run(
+                            dataclasses.replace(cfg, num_warps=warps, unmasked=free)
+                        )
         if res is None:
             variants.update(_peer_variants(x, w))
         atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
