@@ -12,7 +12,10 @@ out=${1:?usage: bench.sh OUTDIR}
 bench_s=${2:-330}; llama_s=${3:-200}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 wheels=/tmp/wheels && mkdir -p $wheels
-if [ -f /root/wq1/cu13.part.aa ] && [ -f .wq2/cu13.part.ab ]; then
+cu13x=0  # the repacked halves (wheels.sh): unpacked into the site after the wheels are installed
+if [ -f /root/wq1/cu13x.part.aa ] && [ -f .wq2/cu13x.part.ab ]; then
+  cu13x=1 && cp .wq2/*.whl $wheels/
+elif [ -f /root/wq1/cu13.part.aa ] && [ -f .wq2/cu13.part.ab ]; then  # the wheel itself, halved
   cat /root/wq1/cu13.part.aa .wq2/cu13.part.ab \
     > $wheels/nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
   cp .wq2/*.whl $wheels/
@@ -23,6 +26,9 @@ fi
 if [ -d .whl ]; then cp .whl/*.whl $wheels/; elif [ -d /root/whl ]; then cp /root/whl/*.whl $wheels/
 else echo "no .whl here nor in /root/whl: carry .whl, or run suite.sh just before"; exit 1; fi
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $wheels/*.whl || exit 1
+if [ $cu13x = 1 ]; then
+  cat /root/wq1/cu13x.part.aa .wq2/cu13x.part.ab | xz -d | tar x -C /tmp/site || exit 1
+fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src
 if [ "${T39:-0}" = 1 ]; then
   source experiments/kernel_perf/triton39.sh
