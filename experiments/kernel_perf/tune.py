@@ -934,28 +934,42 @@ def part_hintslast(rows):
     evict_last on x (alone, with evict_last on the weight, with a streaming store) at the
     default warps and at 16, and compile, in interleaved rounds (hints change no value: checked
     bit for bit at the default warps; 16 warps within 8 units in the last place)."""
+
+    def hints(warps):
+        for wp in sorted({warps, 16}):
+            yield f"x last w={wp}", wp, "evict_last", "", ""
+            yield f"x last w last w={wp}", wp, "evict_last", "evict_last", ""
+            yield f"x last y cs w={wp}", wp, "evict_last", "", ".cs"
+
+    _hint_rounds(rows, "hintslast", HINTS_LAST, hints)
+
+
+def _hint_rounds(rows, part, shapes, hints):
+    """Graph-mode rounds of hint_forward.py's kernel beside the package's one-row forward and
+    the peers, at ``shapes`` ``(M, N, dtype)``. ``hints(warps)`` yields ``(name, warps, x_evict,
+    w_evict, y_cache)`` for the default ``warps`` of the shape; variants at the default warps
+    are checked bit for bit (hints change no value), other warps within 8 units in the last
+    place of the largest value (another reduction order)."""
     import hint_forward
 
-    for m, n, dtype in HINTS_LAST:
+    for m, n, dtype in shapes:
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         warps = _row_warps(triton.next_power_of_2(n))
-        hinted = functools.partial(hint_forward.launch, x, w, EPS)
         variants = {
             "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
         }
-        for wp in sorted({warps, 16}):
-            variants[f"x last w={wp}"] = functools.partial(hinted, wp, "evict_last")
-            variants[f"x last w last w={wp}"] = functools.partial(
-                hinted, wp, "evict_last", "evict_last"
-            )
-            variants[f"x last y cs w={wp}"] = functools.partial(hinted, wp, "evict_last", "", ".cs")
+        other_warps = set()
+        for name, wp, *how in hints(warps):
+            variants[name] = functools.partial(hint_forward.launch, x, w, EPS, wp, *how)
+            if wp != warps:
+                other_warps.add(name)
         variants.update(_peer_variants(x, w))
         atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
-        tols = {name: (0.0 if f"w={warps}" in name else atol) for name in variants}
+        tols = {name: atol for name in other_warps}
         _earlyw_rounds(
-            rows, m, n, dtype, x, variants, part="hintslast", unchecked=FORWARD_PEERS, tols=tols
+            rows, m, n, dtype, x, variants, part=part, unchecked=FORWARD_PEERS, tols=tols
         )
         x = w = None
 
@@ -986,36 +1000,20 @@ def part_hints(rows):
     alone and together), the plain kernel at half and twice the warps, and compile and Liger, in
     interleaved rounds. Hints change no value: those variants are checked bit for bit; other
     warp counts reduce in another order (within 8 units in the last place of the largest)."""
-    import hint_forward
 
-    for m, n, dtype in HINTS:
-        torch.manual_seed(0)
-        x = torch.randn(m, n, device="cuda", dtype=dtype)
-        w = torch.randn(n, device="cuda", dtype=dtype)
-        warps = _row_warps(triton.next_power_of_2(n))
-        hinted = functools.partial(hint_forward.launch, x, w, EPS)
-        variants = {
-            "default": functools.partial(ops.launch_forward, x, w, None, EPS, 0.0, x.dtype),
-            "plain": functools.partial(hinted, warps),
-            "x first": functools.partial(hinted, warps, "evict_first"),
-            "w last": functools.partial(hinted, warps, "", "evict_last"),
-            "y cs": functools.partial(hinted, warps, "", "", ".cs"),
-            "x first w last": functools.partial(hinted, warps, "evict_first", "evict_last"),
-            "x first y cs": functools.partial(hinted, warps, "evict_first", "", ".cs"),
-            "all": functools.partial(hinted, warps, "evict_first", "evict_last", ".cs"),
-        }
+    def hints(warps):
+        yield "plain", warps, "", "", ""
+        yield "x first", warps, "evict_first", "", ""
+        yield "w last", warps, "", "evict_last", ""
+        yield "y cs", warps, "", "", ".cs"
+        yield "x first w last", warps, "evict_first", "evict_last", ""
+        yield "x first y cs", warps, "evict_first", "", ".cs"
+        yield "all", warps, "evict_first", "evict_last", ".cs"
         for other in (warps // 2, warps * 2):
-            variants[f"plain w={other}"] = functools.partial(hinted, other)
-            variants[f"x first w last w={other}"] = functools.partial(
-                hinted, other, "evict_first", "evict_last"
-            )
-        variants.update(_peer_variants(x, w))
-        atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
-        tols = {name: atol for name in variants if "w=" in name}
-        _earlyw_rounds(
-            rows, m, n, dtype, x, variants, part="hints", unchecked=FORWARD_PEERS, tols=tols
-        )
-        x = w = None
+            yield f"plain w={other}", other, "", "", ""
+            yield f"x first w last w={other}", other, "evict_first", "evict_last", ""
+
+    _hint_rounds(rows, "hints", HINTS, hints)
 
 
 #: Shapes of part packed (bf16): the wide rows where quack leads the forward (65536 columns:
