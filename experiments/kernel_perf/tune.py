@@ -53,6 +53,12 @@ Parts:
 - ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
 - ctaspkg: the heuristics' cluster configs (FWD_CLUSTERS, BWD_CLUSTERS) against the one-CTA
          configs they replace (needs Triton >= 3.8; CTAS_PKG_*).
+- onelaunch: small M, backward alone: the sum finish (two launches) against the in-launch tree
+         at the same grid (one level, or 16 children per node), graph time and eager host cost
+         per call beside F.rms_norm's (ONELAUNCH).
+- evict: the forward's row load with and without the evict_last hint (EVICT: the bench's
+         shapes and every forward path), beside twice the warps with it.
+- fwd32k: part fwdpkg at 32768 bf16 columns only (FWD32K): the packed pass at 16 and 32 warps.
 - acc:   float32 dweight max error vs the float64 oracle, ours (float64 and float32 partials) and
          F.rms_norm's, on the campaign's shapes.
 Variant timings: triton.testing.do_bench (CUDA events, L2 flushed, median) on >= 128 MB tensors.
@@ -69,6 +75,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -1544,6 +1551,133 @@ def part_acc(rows):
                     )
                 )
         print(json.dumps(dict(part="acc", config=label, worst_ratio=worst)), flush=True)
+
+
+#: Shapes of part onelaunch: part small's, where the heuristic takes the sum finish (two
+#: launches) and a slow host pays for the second one in eager mode.
+ONELAUNCH = SMALL + [(512, 4096, torch.bfloat16), (4096, 1024, torch.bfloat16)]
+
+
+def host_us(fn, calls=2000) -> float:
+    """Host cost of one eager call (us): ``calls`` calls, the GPU synchronised only at the end, so
+    that a launch-bound loop measures the host's work per call."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _native_fwd_bwd(x, w, dy):
+    return torch.autograd.grad(F.rms_norm(x, (x.shape[-1],), w, EPS), (x, w), dy)
+
+
+def part_onelaunch(rows):
+    """Small M, backward alone: the heuristic's sum finish (a second launch) against the in-launch
+    tree at the same grid, one level (fanout = groups) or 16 children per node, in graph mode
+    (GPU time) and as eager host cost per call (interleaved rounds), beside F.rms_norm's eager
+    fwd+bwd host cost as the yardstick."""
+    for m, n, dtype in ONELAUNCH:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        variants = {"default": base}
+        if not base.tree:
+            if base.groups <= 128:
+                variants["tree one level"] = dataclasses.replace(
+                    base, tree=True, fanout=max(2, base.groups), dw_float64=True
+                )
+            variants["tree fanout=16"] = dataclasses.replace(
+                base, tree=True, fanout=16, dw_float64=True
+            )
+        for name, cfg in variants.items():
+            _bwd_record(rows, "onelaunch", m, n, name, cfg, inputs)
+        calls = {
+            name: functools.partial(
+                ops.launch_backward, dy, x, w, rstd, 0.0, None, x.dtype, config=cfg
+            )
+            for name, cfg in variants.items()
+        }
+        calls["F.rms_norm fwd+bwd"] = functools.partial(
+            _native_fwd_bwd, x.detach().requires_grad_(), w.detach().requires_grad_(), dy
+        )
+        times = {name: [] for name in calls}
+        for _ in range(3):
+            for name, fn in calls.items():
+                times[name].append(host_us(fn))
+        for name, ts in times.items():
+            r = dict(part="onelaunch", M=m, N=n, variant=name, mode="host", rounds=ts)
+            r["us"] = sorted(ts)[1]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        del inputs, x, w, dy, rstd, calls
+
+
+#: Part fwd32k: the packed pass at 32768 bf16 columns (the heuristic: 16 warps, masked) against
+#: 32 warps with and without masks, where compile leads (fwdpkg, fifteenth session).
+FWD32K = [
+    (4096, 32768, torch.bfloat16, False),
+    (2048, 32768, torch.bfloat16, False),
+    (1024, 32768, torch.bfloat16, False),
+]
+
+
+def part_fwd32k(rows):
+    part_fwdpkg(rows, FWD32K)
+
+
+#: Shapes of part evict: (M, N, dtype). The bench's forward shapes and the heuristic's other
+#: paths (several rows, packed, chunked), where hintslast's evict_last on the row (at 8192 bf16
+#: and 4096 float32 columns) is not measured yet.
+EVICT = [
+    (128, 257, torch.float32),
+    (256, 4096, torch.bfloat16),
+    (1024, 4096, torch.bfloat16),
+    (4096, 4096, torch.bfloat16),
+    (8192, 4096, torch.bfloat16),
+    (16384, 4096, torch.bfloat16),
+    (16384, 4096, torch.float16),
+    (16384, 4096, torch.float32),
+    (16384, 2048, torch.bfloat16),
+    (65536, 1024, torch.bfloat16),
+    (262144, 256, torch.bfloat16),
+    (1024, 8192, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (32768, 8192, torch.bfloat16),
+    (8192, 16384, torch.bfloat16),
+    (4096, 32768, torch.bfloat16),
+    (4096, 65536, torch.bfloat16),
+    (4096, 65536, torch.float32),
+    (256, 262144, torch.bfloat16),
+]
+
+
+def part_evict(rows):
+    """Forward in graph mode at EVICT: the heuristic's config beside the same with ``evict_last``
+    switched (a cache hint: checked bit for bit), and at twice the warps with the hint for one
+    pass rows of 4096+ columns (another reduction order: within 8 units in the last place),
+    interleaved rounds."""
+    for m, n, dtype in EVICT:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        half = x.element_size() == 2
+        cfg = config.forward_config(m, n, 0, False, dtype if half else None)
+        print(json.dumps(dict(part="evict", M=m, N=n, default=repr(cfg))), flush=True)
+        run = functools.partial(_fwd_with, x, w, None, dtype)
+        flip = f"evict_last={not cfg.evict_last}"
+        variants = {"default": run(cfg)}
+        variants[flip] = run(dataclasses.replace(cfg, evict_last=not cfg.evict_last))
+        tols = {flip: 0.0}
+        atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
+        if cfg.rows == 0 and cfg.block >= n >= 4096 and cfg.num_warps < 32 and not cfg.packed:
+            more = dataclasses.replace(cfg, num_warps=cfg.num_warps * 2, evict_last=True)
+            variants[f"evict_last w={more.num_warps}"] = run(more)
+        _earlyw_rounds(rows, m, n, str(dtype), x, variants, "evict", atol, tols=tols)
+        x = w = None
 
 
 def main():

@@ -215,6 +215,8 @@ class ForwardConfig:
     tensors over the CTAs and meets their reductions in distributed shared memory).
     ``packed``: one pass over 16-bit rows kept 16-bit in registers (see PACKED_FORWARD).
     ``unmasked``: one pass over rows exactly ``block`` wide, without masks (UNMASKED_MAX_ROWS).
+    ``evict_last``: load the rows with the ``evict_last`` cache policy (EVICT_LAST_FORWARD); a
+    hint only, it changes no value.
     """
 
     block: int
@@ -223,6 +225,7 @@ class ForwardConfig:
     ctas: int = 1
     packed: bool = False
     unmasked: bool = False
+    evict_last: bool = False
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
@@ -427,11 +430,25 @@ def forward_config(
     device_index: int | None,
     float64: bool = False,
     packable: torch.dtype | None = None,
+    row_bytes: int = 0,
 ) -> ForwardConfig:
     """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
     ``device_index`` (None: the interpreter); ``float64``: float64 math (never clustered: not
     measured); ``packable``: the rows' dtype where the packed pass could take them (16-bit rows
-    and no residual; see PACKED_FORWARD), else None."""
+    and no residual; see PACKED_FORWARD), else None; ``row_bytes``: the bytes of one row of x
+    where the evict_last hint could take it (no residual; see EVICT_LAST_ROW_BYTES), else 0."""
+    config = _forward_geometry(m, n, device_index, float64, packable)
+    lo, hi = EVICT_LAST_ROW_BYTES
+    if lo <= row_bytes <= hi and config.rows == 0 and config.ctas == 1:
+        warps = max(config.num_warps, EVICT_LAST_MIN_WARPS.get(config.block, 1))
+        config = dataclasses.replace(config, evict_last=True, num_warps=warps)
+    return config
+
+
+def _forward_geometry(
+    m: int, n: int, device_index: int | None, float64: bool, packable: torch.dtype | None
+) -> ForwardConfig:
+    """:func:`forward_config` before the evict_last rule."""
     if n <= ROWS_MAX_N:
         block = triton.next_power_of_2(n)
         rows = max(1, ROWS_TILE_BY_BLOCK.get(block, ROWS_TILE) // block)
@@ -455,6 +472,27 @@ def forward_config(
         return ForwardConfig(block, 0, warps, ctas)
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
 
+
+#: Rows of x this many bytes wide, inclusive (one row per program, one CTA, no residual), load
+#: their row with the ``evict_last`` policy (Inductor's generated reductions mark theirs so), and
+#: one-pass blocks in EVICT_LAST_MIN_WARPS take at least those warps with it. Graph replay, H200,
+#: Triton 3.6 (tune.py parts hintslast and evict, sixteenth session, 2026-12-02), the hint
+#: against none at the heuristic's config:
+#:   16 KiB rows: bf16 8192 columns, with 8 warps against 4 unhinted: 32768 / 8192 / 1024 rows
+#:   251.0 / 65.2 / 6.68 us against 260.3 / 65.8 / 7.21 (compile 249.6 / 64.9; the hint at 4
+#:   warps: 257.1 / 67.8 / 6.95); float32 4096 columns, 8 warps: 16384 rows 127.6 against 130.8
+#:   (compile 126.8);
+#:   32 KiB: bf16 16384 columns, 8192 rows 129.5 against 130.5 (16 warps 128.8: one shape, not
+#:   taken); 64 KiB: bf16 32768 packed, 4096 rows 132.0 against 133.5; 128 KiB: bf16 65536
+#:   packed, 4096 rows 256.5 against 263.8; 256 KiB: float32 65536 chunked, 4096 rows 666.1
+#:   against 734.2.
+#: Not below 16 KiB, where it loses or ties: bf16 4096 columns 4096 / 8192 / 16384 rows 17.97 /
+#: 33.86 / 64.81 against 17.52 / 33.41 / 65.44; 2048 columns 34.11 against 33.32 (16384 rows);
+#: the several-rows kernel's 1024 and 256 columns within 0.7% worse. Not above 256 KiB: bf16
+#: 262144 columns at 256 rows 101.8 against 100.7. Float32 rows of 8192-32768 columns lie between
+#: measured row sizes (not measured themselves); with a residual, clusters: not measured.
+EVICT_LAST_ROW_BYTES = (16384, 262144)
+EVICT_LAST_MIN_WARPS = {8192: 8}
 
 #: 16-bit rows exactly this wide (dtype: {block: (warps, unmasked)}) take the packed one pass: the
 #: row read from DRAM once and kept 16-bit in registers (54 registers per thread for bf16 at

@@ -41,12 +41,14 @@ WEIGHT_FIRST_MAX_BLOCK = tl.constexpr(8192)
 
 
 @triton.jit
-def _row_load(ptrs, mask, UNMASKED: tl.constexpr):
-    """A row's values (0 where masked off); ``UNMASKED``: every lane is in the row."""
+def _row_load(ptrs, mask, UNMASKED: tl.constexpr, EVICT: tl.constexpr):
+    """A row's values (0 where masked off); ``UNMASKED``: every lane is in the row; ``EVICT``:
+    the load's eviction policy ("" or "evict_last": a cache hint, no value changes; passed at
+    every call: Triton 3.6 does not compile a defaulted constexpr parameter of a helper)."""
     if UNMASKED:
-        v = tl.load(ptrs)
+        v = tl.load(ptrs, eviction_policy=EVICT)
     else:
-        v = tl.load(ptrs, mask=mask, other=0.0)
+        v = tl.load(ptrs, mask=mask, other=0.0, eviction_policy=EVICT)
     return v
 
 
@@ -103,6 +105,7 @@ def rmsnorm_forward_kernel(
     PACKED: tl.constexpr,  # ONE_PASS, 16-bit rows: keep the row 16-bit, widen it by its bits
     UNMASKED: tl.constexpr,  # ONE_PASS and N == BLOCK: loads and stores without masks
     HAS_OFFSET: tl.constexpr,  # offset != 0 (else y = x * r * w, with no add)
+    X_EVICT: tl.constexpr,  # the row's (first) load: "" or "evict_last" (EVICT_LAST_FORWARD)
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
     the row, mostly from L2).
@@ -122,15 +125,15 @@ def rmsnorm_forward_kernel(
     cols = tl.arange(0, BLOCK)
     if ONE_PASS:
         mask = cols < N
-        x16 = _row_load(x_row + cols, mask, UNMASKED)  # X's dtype
+        x16 = _row_load(x_row + cols, mask, UNMASKED, X_EVICT)  # X's dtype
         x = x16.to(ACC)
         if HAS_WEIGHT and BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
             # Issued with the row's load: its latency hides behind the reduction.
-            w = _row_load(W + cols * stride_w, mask, UNMASKED)
+            w = _row_load(W + cols * stride_w, mask, UNMASKED, "")
         else:
             w = tl.zeros([BLOCK], dtype=W.dtype.element_ty)  # unused: loaded below, or no weight
         if HAS_RESIDUAL:
-            res = _row_load(res_row + cols, mask, UNMASKED).to(ACC)
+            res = _row_load(res_row + cols, mask, UNMASKED, "").to(ACC)
             x16 = (x + res).to(H.dtype.element_ty)
             _row_store(h_row + cols, x16, mask, UNMASKED)
             x = x16.to(ACC)  # normalise the rounded sum the caller receives
@@ -144,7 +147,7 @@ def rmsnorm_forward_kernel(
             y = y.to(X.dtype.element_ty).to(ACC)
         if HAS_WEIGHT:
             if BLOCK > WEIGHT_FIRST_MAX_BLOCK:
-                w = _row_load(W + cols * stride_w, mask, UNMASKED)
+                w = _row_load(W + cols * stride_w, mask, UNMASKED, "")
             if HAS_OFFSET:
                 y = y * (w.to(ACC) + offset)
             else:  # the add alone costs the packed pass its spill-free registers
@@ -158,7 +161,7 @@ def rmsnorm_forward_kernel(
         for start in range(0, N, BLOCK):
             c = start + cols
             mask = c < N
-            x = tl.load(x_row + c, mask=mask, other=0.0).to(ACC)
+            x = tl.load(x_row + c, mask=mask, other=0.0, eviction_policy=X_EVICT).to(ACC)
             if HAS_RESIDUAL:
                 h = (x + tl.load(res_row + c, mask=mask, other=0.0).to(ACC)).to(H.dtype.element_ty)
                 tl.store(h_row + c, h, mask=mask)
@@ -209,6 +212,7 @@ def rmsnorm_forward_rows_kernel(
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,  # >= N, a power of two
     ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
+    X_EVICT: tl.constexpr,  # the rows' load: "" or "evict_last" (config.EVICT_LAST_FORWARD)
 ):
     """Short rows (N <= BLOCK): ROWS rows per program, so each program moves enough bytes to hide
     its launch and reduction latency, and the weight is loaded once per ROWS rows."""
@@ -219,7 +223,8 @@ def rmsnorm_forward_rows_kernel(
     row_mask = rows < M
     col_mask = cols < N
     mask = row_mask[:, None] & col_mask[None, :]
-    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
+    x_ptrs = X + rows[:, None] * stride_x + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=X_EVICT).to(ACC)
     if HAS_RESIDUAL:
         res = tl.load(RES + rows[:, None] * stride_res + cols[None, :], mask=mask, other=0.0)
         h = (x + res.to(ACC)).to(H.dtype.element_ty)

@@ -184,6 +184,11 @@ def _empty_out(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(like.shape, device=like.device, dtype=dtype)
 
 
+def _evict(config: ForwardConfig) -> str:
+    """The forward kernels' ``X_EVICT`` constexpr for ``config``."""
+    return "evict_last" if config.evict_last else ""
+
+
 def launch_forward(
     x2: torch.Tensor,
     weight: torch.Tensor | None,
@@ -220,7 +225,8 @@ def launch_forward(
     if config is None:
         # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
         packable = x2.dtype if half and residual2 is None else None
-        config = forward_config(m, n, index, acc == torch.float64, packable)
+        row_bytes = n * x2.element_size() if residual2 is None else 0
+        config = forward_config(m, n, index, acc == torch.float64, packable, row_bytes)
     else:
         config.check(n)
         if config.packed and not half:
@@ -242,7 +248,7 @@ def launch_forward(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
             (x2, r, w, y, h if has_r else y, rstd, sx, sr, sw, m, n),
             floats,
-            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows),
+            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config)),
             config.num_warps,
             1,
             index,
@@ -263,6 +269,7 @@ def launch_forward(
                 config.packed,
                 config.unmasked,
                 offset != 0.0,
+                _evict(config),
             ),
             config.num_warps,
             1,

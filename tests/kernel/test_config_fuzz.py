@@ -166,7 +166,11 @@ def forward_cases(draw):
         dtype=draw(st.sampled_from(DTYPES)),
         weight=draw(st.booleans()),
         cfg=ForwardConfig(
-            block, rows, _warps(draw, max(rows, 1) * block), draw(st.sampled_from(CTAS))
+            block,
+            rows,
+            _warps(draw, max(rows, 1) * block),
+            draw(st.sampled_from(CTAS)),
+            evict_last=draw(st.booleans()),  # a cache hint: any config takes it
         ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )

@@ -113,6 +113,37 @@ def test_unmasked_pass_matches_the_oracle_and_the_masked_pass(device, dtype, off
     assert torch.equal(y1, y2) and torch.equal(h1, h2)
 
 
+_EVICT_CASES = [
+    (256, ForwardConfig(256, 0, 4, unmasked=True)),  # one pass, unmasked
+    (300, ForwardConfig(512, 0, 4)),  # one pass, masked
+    (300, ForwardConfig(512, 4, 4)),  # several rows per program
+    (300, ForwardConfig(128, 0, 4)),  # chunked: the row read twice
+]
+
+
+@pytest.mark.parametrize(
+    "n,cfg,with_residual",
+    [(n, cfg, res) for n, cfg in _EVICT_CASES for res in (False, True)]
+    + [(256, ForwardConfig(256, 0, 4, packed=True), False)],  # packed: never with a residual
+)
+def test_evict_last_is_a_hint_that_changes_no_bit(device, n, cfg, with_residual):
+    """``ForwardConfig.evict_last`` only marks the row's load: every path gives the bits it gives
+    without it, and the oracle's values."""
+    dtype = BF16
+    x = torch.randn(5, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    res = torch.randn(5, n, device=device).to(dtype) if with_residual else None
+    hinted = dataclasses.replace(cfg, evict_last=True)
+    y, h, rstd = _launch(x, w, hinted, residual=res)
+    y0, h0, rstd0 = _launch(x, w, cfg, residual=res)
+    _bits_equal(y, y0, f"{hinted} vs {cfg}")
+    _bits_equal(rstd, rstd0, f"rstd of {hinted} vs {cfg}")
+    if with_residual:
+        _bits_equal(h, h0, f"h of {hinted} vs {cfg}")
+    else:
+        assert_close(y, oracle_y(x, w), dtype, f"y with {hinted}")
+
+
 def test_zero_offset_keeps_the_sign_of_a_zero_weight(device):
     """With offset 0 the weight multiplies as F.rms_norm's does: a -0.0 weight gives a signed
     zero like x * r * w (adding +0.0 first would turn it into +0.0)."""
@@ -163,13 +194,14 @@ def test_the_heuristic_unmasks_rows_exactly_one_block_wide_at_small_m():
 
 @pytest.mark.parametrize("residual", [False, True])
 def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypatch, residual):
-    """The launcher offers the packed pass 16-bit rows without a residual only."""
+    """The launcher offers the packed pass 16-bit rows without a residual only, and the
+    evict_last rule the row's bytes without a residual only."""
     seen = []
     real = config.forward_config
 
-    def spy(m, n, index, float64=False, packable=None):
-        seen.append(packable)
-        return real(m, n, index, float64, packable)
+    def spy(m, n, index, float64=False, packable=None, row_bytes=0):
+        seen.append((packable, row_bytes))
+        return real(m, n, index, float64, packable, row_bytes)
 
     monkeypatch.setattr(ops, "forward_config", spy)
     x = torch.randn(2, 64, device=device)
@@ -177,9 +209,35 @@ def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypa
     half = (torch.float16, BF16)
     for dtype in (*half, torch.float32):
         expected = dtype if dtype in half and not residual else None
+        row_bytes = 0 if residual else 64 * dtype.itemsize
         seen.clear()
         ops.launch_forward(x.to(dtype), None, res.to(dtype) if residual else None, 1e-6, 0.0, dtype)
-        assert seen == [expected], dtype
+        assert seen == [(expected, row_bytes)], dtype
+
+
+def test_the_heuristic_hints_evict_last_on_rows_of_the_measured_bytes(monkeypatch):
+    """EVICT_LAST_ROW_BYTES: the hint from 16 KiB to 256 KiB rows, one row per program; 8192-wide
+    blocks take 8 warps with it; never for the several-rows kernel, nor without row bytes."""
+    monkeypatch.setattr(config, "sm_count", lambda index: 132)
+    monkeypatch.setattr(config, "clusters_here", lambda index: False)
+    config.forward_config.cache_clear()
+    try:
+        lo, hi = config.EVICT_LAST_ROW_BYTES
+        cfg = config.forward_config(32768, 8192, 0, False, BF16, 8192 * 2)
+        assert cfg.evict_last and cfg.num_warps == 8 and cfg.rows == 0
+        assert config.forward_config(16384, 4096, 0, False, None, 4096 * 4).evict_last
+        assert not config.forward_config(16384, 4096, 0, False, BF16, 4096 * 2).evict_last
+        assert not config.forward_config(32768, 8192, 0, False, None, 0).evict_last  # a residual
+        assert config.forward_config(32768, 8192, 0).num_warps == 4
+        wide = config.forward_config(4096, 65536, 0, False, None, 65536 * 4)
+        assert wide.evict_last and wide.block < 65536  # the chunked pass, at hi
+        assert hi == 65536 * 4 and lo == 8192 * 2
+        assert not config.forward_config(256, 262144, 0, False, BF16, 262144 * 2).evict_last
+        assert not config.forward_config(65536, 1024, 0, False, BF16, 1024 * 2).evict_last
+        short = config.forward_config(65536, 1024, 0, False, None, lo)  # several rows: never
+        assert short.rows > 0 and not short.evict_last
+    finally:
+        config.forward_config.cache_clear()
 
 
 @pytest.mark.gpu
@@ -203,3 +261,21 @@ def test_packed_pass_at_its_widths_on_the_gpu(dtype, n, llama):
         y0, _, rstd0 = _launch(x, w, plain, offset=offset, llama=llama)
         _bits_equal(y, y0, f"{cfg} vs {plain}")
         _bits_equal(rstd, rstd0, f"rstd of {cfg} vs {plain}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "n,dtype", [(1024, BF16), (4096, torch.float32), (8192, BF16), (65536, BF16), (262144, BF16)]
+)
+def test_evict_last_changes_no_bit_at_the_heuristics_widths_on_the_gpu(n, dtype):
+    """The heuristic's config at widths of each path (several rows, one pass, packed, chunked),
+    compiled, with the hint switched: the same bits."""
+    x = torch.randn(40, n, device="cuda").to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
+    cfg = config.forward_config(40, n, 0, packable=dtype if dtype == BF16 else None)
+    flipped = dataclasses.replace(cfg, evict_last=not cfg.evict_last)
+    y, _, rstd = _launch(x, w, cfg)
+    y0, _, rstd0 = _launch(x, w, flipped)
+    _bits_equal(y, y0, f"{cfg} vs {flipped}")
+    _bits_equal(rstd, rstd0, f"rstd of {cfg} vs {flipped}")
+    assert_close(y, oracle_y(x, w), dtype, f"y with {cfg}")
