@@ -56,8 +56,6 @@ Parts:
 - onelaunch: small M, backward alone: the sum finish (two launches) against the in-launch tree
          at the same grid (one level, or 16 children per node), graph time and eager host cost
          per call beside F.rms_norm's (ONELAUNCH).
-- bwdevict: the pointer backward with x's and dy's loads hinted evict_first / evict_last
-         (BackwardConfig.evict), beside the heuristic's (descriptor) backward (BWD_EVICT).
 - evict: the forward's row load with and without the evict_last hint (EVICT: the bench's
          shapes and every forward path), beside twice the warps with it.
 - fwd32k: part fwdpkg at 32768 bf16 columns only (FWD32K): the packed pass at 16 and 32 warps.
@@ -1680,62 +1678,6 @@ def part_evict(rows):
             variants[f"evict_last w={more.num_warps}"] = run(more)
         _earlyw_rounds(rows, m, n, str(dtype), x, variants, "evict", atol, tols=tols)
         x = w = None
-
-
-#: Shapes of part bwdevict: where the backward misses issue 17's 1.05x quack (16384 x 4096 bf16 /
-#: fp16 / fp32, 65536 x 1024; sixteenth session's bench) and where it meets it, bf16 unless named.
-BWD_EVICT = [
-    (16384, 4096, torch.bfloat16),
-    (16384, 4096, torch.float16),
-    (16384, 4096, torch.float32),
-    (65536, 1024, torch.bfloat16),
-    (4096, 4096, torch.bfloat16),
-    (8192, 4096, torch.bfloat16),
-    (16384, 2048, torch.bfloat16),
-    (32768, 8192, torch.bfloat16),
-]
-
-
-def _bwd_with(x, w, dy, rstd, cfg):
-    return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
-
-
-def part_bwdevict(rows):
-    """Backward alone in graph mode at BWD_EVICT: the heuristic's config (the descriptor kernel
-    where it takes one) beside the pointer heuristic's (``tma=False``) with x's and dy's loads
-    hinted ``evict_first`` / ``evict_last`` (``BackwardConfig.evict``; checked bit for bit
-    against the unhinted pointer config), in EARLYW_ROUNDS interleaved rounds."""
-    import statistics
-
-    for m, n, dtype in BWD_EVICT:
-        inputs = _bwd_inputs(m, n, dtype)
-        x, w, dy, rstd, _ = inputs
-        itemsize = dtype.itemsize
-        pointer = backward_config(m, n, 0, itemsize=itemsize)
-        variants = {"pointer": pointer}
-        for evict in ("evict_first", "evict_last"):
-            variants[f"pointer {evict}"] = dataclasses.replace(pointer, evict=evict)
-        tma = config.hopper(0) and (n, itemsize) in config.BWD_TMA and m >= config.TMA_MIN_M
-        if tma:
-            variants["default (tma)"] = backward_config(m, n, 0, itemsize=itemsize, tma=True)
-
-        run = functools.partial(_bwd_with, x, w, dy, rstd)
-        dx0, dw0 = run(pointer)
-        for name, cfg in variants.items():
-            if name.startswith("pointer "):
-                dx, dw = run(cfg)
-                assert torch.equal(dx, dx0) and torch.equal(dw, dw0), f"{name} changed values"
-        times = {name: [] for name in variants}
-        for _ in range(EARLYW_ROUNDS):
-            for name, cfg in variants.items():
-                times[name].append(graph_us(functools.partial(run, cfg)))
-        for name, ts in times.items():
-            us = statistics.median(ts)
-            r = dict(part="bwdevict", M=m, N=n, variant=f"{name} {dtype}", us=us, rounds=ts)
-            r.update(config=repr(variants[name]), GBps=3 * m * n * x.element_size() / us / 1e3)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-        del inputs, run, dx0, dw0
 
 
 def main():

@@ -202,8 +202,6 @@ SUM_BLOCK_G = 32
 SUM_BLOCK_N = 128
 
 _WARPS = (1, 2, 4, 8, 16, 32)
-#: Cache hints a backward config may put on x's and dy's loads (Triton's eviction policies).
-_EVICT_POLICIES = ("", "evict_first", "evict_last")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +215,7 @@ class ForwardConfig:
     tensors over the CTAs and meets their reductions in distributed shared memory).
     ``packed``: one pass over 16-bit rows kept 16-bit in registers (see PACKED_FORWARD).
     ``unmasked``: one pass over rows exactly ``block`` wide, without masks (UNMASKED_MAX_ROWS).
-    ``evict_last``: load the rows with the ``evict_last`` cache policy (EVICT_LAST_FORWARD); a
+    ``evict_last``: load the rows with the ``evict_last`` cache policy (EVICT_LAST_ROW_BYTES); a
     hint only, it changes no value.
     """
 
@@ -267,9 +265,7 @@ class BackwardConfig:
     :class:`ForwardConfig`'s (more than 1 with the sum finish only: the tree's counters are
     scalar atomics, which every CTA of a cluster would run); ``tma``: move x, dy and dx through
     tensor descriptors (Hopper's TMA; rows of exactly ``block`` columns, ``rows_per_program`` a
-    multiple of ``rows``, one CTA; the tensors must be 16-byte aligned, see ``ops``); ``evict``:
-    the eviction policy of x's and dy's loads in the pointer kernels (``""``, ``"evict_first"``
-    or ``"evict_last"``; a cache hint, no value changes; not with ``tma``).
+    multiple of ``rows``, one CTA; the tensors must be 16-byte aligned, see ``ops``).
     """
 
     block: int
@@ -284,7 +280,6 @@ class BackwardConfig:
     rows: int = 1
     ctas: int = 1
     tma: bool = False
-    evict: str = ""
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -325,15 +320,6 @@ class BackwardConfig:
         if self.rows > 1 and not self.one_tile:
             raise ContractValueError(
                 f"BackwardConfig.rows > 1 needs one_tile (got rows={self.rows}, one_tile=False)"
-            )
-        if self.evict not in _EVICT_POLICIES:
-            raise ContractValueError(
-                f"BackwardConfig.evict must be one of {_EVICT_POLICIES} (got {self.evict!r})"
-            )
-        if self.tma and self.evict:
-            raise ContractValueError(
-                "BackwardConfig.evict is a hint of the pointer kernels' loads: not with tma "
-                f"(got evict={self.evict!r}, tma=True)"
             )
         if self.tma:
             if not self.one_tile or self.block != n or self.ctas != 1:

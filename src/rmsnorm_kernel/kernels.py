@@ -449,7 +449,6 @@ def rmsnorm_backward_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
     TREE: tl.constexpr,  # finish dweight here (fixed tree); else only store the partial
     FANOUT: tl.constexpr,  # children per node of that tree
-    EVICT: tl.constexpr,  # x's and dy's loads: "", "evict_first" or "evict_last" (a cache hint)
 ):
     """dx for a tile of rows x columns, and dweight for the whole tensor, in one launch.
 
@@ -467,10 +466,9 @@ def rmsnorm_backward_kernel(
     mask = cols < N
     dw = tl.zeros([BLOCK], dtype=DW_ACC)
     for row in tl.range(row_start, row_end, num_stages=STAGES):
-        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0, eviction_policy=EVICT)
-        x = x.to(ACC)
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
         dy = _dy_sum(
-            tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0, eviction_policy=EVICT),
+            tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0),
             DY_B + row * stride_dy_b + cols,
             DY_C + row * stride_dy_c + cols,
             mask,
@@ -540,7 +538,6 @@ def rmsnorm_backward_rows_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the step loop
     TREE: tl.constexpr,
     FANOUT: tl.constexpr,
-    EVICT: tl.constexpr,  # x's and dy's loads, as in rmsnorm_backward_kernel
 ):
     """Short rows: the backward of :func:`rmsnorm_backward_kernel` (one tile per row), ``ROWS``
     rows per step, so each step moves enough bytes and its ROWS row reductions run side by side
@@ -563,11 +560,9 @@ def rmsnorm_backward_rows_kernel(
         rows = first + tl.arange(0, ROWS)
         row_mask = rows < row_end
         mask = row_mask[:, None] & col_mask[None, :]
-        x_ptrs = X + rows[:, None] * stride_x + cols[None, :]
-        x = tl.load(x_ptrs, mask=mask, other=0.0, eviction_policy=EVICT).to(ACC)
-        dy_ptrs = DY + rows[:, None] * stride_dy + cols[None, :]
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(ACC)
         dy = _dy_sum(
-            tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy=EVICT),
+            tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0),
             DY_B + rows[:, None] * stride_dy_b + cols[None, :],
             DY_C + rows[:, None] * stride_dy_c + cols[None, :],
             mask,

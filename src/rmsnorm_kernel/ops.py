@@ -407,7 +407,7 @@ def launch_backward(
             (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, dw, partial, counters, sdy, sx, sdh)
             + (sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            flags + (config.rows, config.stages, tree, config.fanout, config.evict),
+            flags + (config.rows, config.stages, tree, config.fanout),
             config.num_warps,
             1,
             index,
@@ -419,7 +419,7 @@ def launch_backward(
             (dy2, x2, w, rstd, mean_ux, dh, dy_b, dy_c, dx, dx2, dw, partial, counters, sdy, sx)
             + (sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            flags + (one_tile, config.stages, tree, config.fanout, config.evict),
+            flags + (one_tile, config.stages, tree, config.fanout),
             config.num_warps,
             1,
             index,

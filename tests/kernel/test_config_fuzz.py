@@ -111,8 +111,6 @@ def backward_cases(draw):
             rows=rows,
             ctas=ctas,
             tma=tma,
-            # a cache hint of the pointer kernels' loads (never with tma)
-            evict="" if tma else draw(st.sampled_from(["", "evict_first", "evict_last"])),
         ),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
