@@ -75,7 +75,6 @@ import json
 import math
 import os
 import sys
-import time
 import traceback
 
 import torch
@@ -1559,16 +1558,11 @@ ONELAUNCH = SMALL + [(512, 4096, torch.bfloat16), (4096, 1024, torch.bfloat16)]
 
 
 def host_us(fn, calls=2000) -> float:
-    """Host cost of one eager call (us): ``calls`` calls, the GPU synchronised only at the end, so
-    that a launch-bound loop measures the host's work per call."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
+    """Host cost of one eager call (us): the bench's host timer (``calls`` calls, the GPU
+    synchronised only at the end)."""
+    from rmsnorm_kernel.cli.bench.timers import CudaTimers
+
+    return CudaTimers({}).host(lambda: fn, calls, 50)
 
 
 def _native_fwd_bwd(x, w, dy):
