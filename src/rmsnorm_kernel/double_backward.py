@@ -46,9 +46,11 @@ def ops_backward_needed(*tensors: torch.Tensor | None) -> bool:
     """
     if torch._C._are_functorch_transforms_active():
         return True
-    if any(t is not None and _legacy_batched(t) for t in tensors):
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    grad_mode = torch.is_grad_enabled()
+    for t in tensors:  # (a loop, not any() over generators: this runs in every backward)
+        if t is not None and (_legacy_batched(t) or (grad_mode and t.requires_grad)):
+            return True
+    return False
 
 
 def differentiable_backward(

@@ -32,7 +32,11 @@ def involved(*tensors) -> bool:
     module = sys.modules.get(_MODULE)
     if module is None:
         return False
-    return any(isinstance(t, module.DTensor) for t in tensors if t is not None)
+    dtensor = module.DTensor  # (a loop, not any() over a generator: this is the hot path)
+    for t in tensors:
+        if isinstance(t, dtensor):
+            return True
+    return False
 
 
 def _contiguous_stride(shape) -> tuple[int, ...]:

@@ -114,8 +114,13 @@ class RMSNormFunction(torch.autograd.Function):
         y, h, saved, saved_stride, rstd = _forward(x, weight, residual, eps, offset, llama)
         ctx.llama = llama
         # The kernel reads ``saved`` (x's rows); a graph through the backward needs x or the
-        # returned h themselves (``saved`` may be a view or copy made here, unknown to autograd).
-        ctx.save_for_backward(saved, weight, rstd, x if h is None else h)
+        # returned h themselves (``saved`` may be a view or copy made here, unknown to autograd),
+        # saved beside it only when it is another tensor (one fewer to pack in the common case).
+        source = x if h is None else h
+        if source is saved:
+            ctx.save_for_backward(saved, weight, rstd)
+        else:
+            ctx.save_for_backward(saved, weight, rstd, source)
         ctx.eps = eps
         ctx.meta = (offset, saved_stride, x.dtype, residual is not None)
         if h is None:
@@ -124,7 +129,8 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy, dh=None):
-        saved, weight, rstd, source = ctx.saved_tensors
+        saved, weight, rstd, *source = ctx.saved_tensors
+        source = source[0] if source else saved
         offset, saved_stride, x_dtype, has_residual = ctx.meta
         if ops_backward_needed(dy, dh, source, weight):  # create_graph=True, or batched grads
             dx, dw = differentiable_backward(
@@ -364,8 +370,15 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         if isinstance(residual, torch.Tensor) and residual.dtype.is_floating_point:
             dtype = torch.promote_types(dtype, residual.dtype)
         eps = torch.finfo(dtype).eps
-    rules = dict(offset=offset, residual=residual, rounding=rounding, eps_positive=eps_positive)
-    check_contract(x, weight, eps, **rules)
+    check_contract(
+        x,
+        weight,
+        eps,
+        offset=offset,
+        residual=residual,
+        rounding=rounding,
+        eps_positive=eps_positive,
+    )
     if residual is not None and residual.dtype != x.dtype and residual.dtype == torch.float32:
         # h = x + residual is float32: the kernels store h in their x's dtype, so the float32
         # operand goes in as x (the add commutes bit for bit; both get the same gradient).

@@ -10,9 +10,12 @@ specialisation goes through ``JITFunction.run`` (which compiles it and returns t
 The key must separate everything Triton specialises on, or a handle compiled for other
 arguments would run: the device, the constexpr values, ``num_warps``/``num_stages``, each
 pointer's dtype and 16-byte alignment, each integer's class (== 1, divisible by 16, fits in
-int32), exactly as ``triton._C.libtriton.native_specialize_impl`` classifies them, and each
-tensor descriptor's dtype, box and padding (its shape and strides are encoded at every launch by
-the compiled launcher itself).
+int32, as ``triton._C.libtriton.native_specialize_impl`` classifies them), and each tensor
+descriptor's dtype, box and padding (its shape and strides are encoded at every launch by the
+compiled launcher itself). The hot path keys integers on their values, which is finer than their
+classes (so it never picks a wrong handle) and cheaper to build: one C-level gather instead of a
+Python call per integer. A new value (a new row count) then costs one ``JITFunction.run``, which
+finds the compiled kernel in Triton's own cache; :data:`MAX_HANDLES` bounds the table.
 
 Triton's interpreter (the CPU backend) has no compiled handle: there every launch takes
 ``kernel[grid](...)``, as does any launch while a Triton launch hook (a profiler) is installed.
@@ -21,6 +24,7 @@ Triton's interpreter (the CPU backend) has no compiled handle: there every launc
 from __future__ import annotations
 
 import inspect
+import operator
 
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -34,6 +38,11 @@ except ImportError:  # pragma: no cover - outside the supported range
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
+#: Handles kept per kernel before the table is emptied and refilled: integers are keyed on their
+#: values, so variable-length batches (a new row count per call) would grow it without a bound.
+#: An entry is a few hundred bytes; a refill costs one JITFunction.run per live specialisation.
+MAX_HANDLES = 4096
+
 
 def _hooks_installed() -> bool:
     """A launch hook (e.g. Triton's profiler) must see every launch: then take the slow path."""
@@ -44,6 +53,44 @@ def _hooks_installed() -> bool:
         if hook is not None and getattr(hook, "calls", True):
             return True
     return False
+
+
+def _gather(positions: tuple[int, ...]):
+    """``args -> tuple(args[i] for i in positions)`` at C speed (``itemgetter`` of one index
+    returns the item itself, of none fails)."""
+    if not positions:
+        return lambda args: ()
+    if len(positions) == 1:
+        (i,) = positions
+        return lambda args: (args[i],)
+    return operator.itemgetter(*positions)
+
+
+class _Layout:
+    """Which specialised positions of one kernel's ``args`` hold tensors, ints and anything else
+    (tensor descriptors), learned from a first launch; every launcher passes the same kinds at
+    the same positions, which :meth:`check` confirms on each compile."""
+
+    def __init__(self, args: tuple, keyed: tuple[int, ...]) -> None:
+        self.kinds = tuple(_kind(args[i]) for i in keyed)
+        pick = lambda kind: tuple(i for i, k in zip(keyed, self.kinds, strict=True) if k == kind)
+        self.tensors, self.ints = _gather(pick("tensor")), _gather(pick("int"))
+        self.others = pick("other")
+        self.keyed = keyed
+
+    def check(self, args: tuple) -> None:
+        kinds = tuple(_kind(args[i]) for i in self.keyed)
+        if kinds != self.kinds:
+            raise TypeError(
+                f"a launcher passed other kinds of arguments than before (got {kinds}, "
+                f"keyed as {self.kinds})"
+            )
+
+
+def _kind(arg) -> str:
+    if type(arg) is int:
+        return "int"
+    return "tensor" if isinstance(arg, torch.Tensor) else "other"
 
 
 def _spec(arg) -> object:
@@ -90,9 +137,36 @@ class CachedKernel:
         # kernels.py uses postponed annotations: a constexpr is annotated "tl.constexpr".
         constexpr = {i for i, p in enumerate(params) if "constexpr" in str(p.annotation)}
         self._keyed = tuple(i for i in range(len(params)) if i not in fresh_idx | constexpr)
-        self._fresh = tuple(sorted(fresh_idx))
+        self._fresh = _gather(tuple(sorted(fresh_idx)))
+        self._layouts: dict[int, _Layout] = {}  # per len(args): the floats come after them
         self.handles: dict[tuple, tuple] = {}
         self.launches = {"compiled": 0, "cached": 0}
+
+    def key(
+        self,
+        args: tuple,
+        consts: tuple,
+        num_warps: int,
+        num_stages: int,
+        device_index: int,
+        num_ctas: int = 1,
+    ) -> tuple:
+        """The handle key of a launch (see the module docstring)."""
+        layout = self._layouts.get(len(args))
+        if layout is None:
+            keyed = tuple(i for i in self._keyed if i < len(args))
+            layout = self._layouts[len(args)] = _Layout(args, keyed)
+        return (
+            device_index,
+            consts,
+            num_warps,
+            num_stages,
+            num_ctas,
+            layout.ints(args),
+            *[(t.dtype, t.data_ptr() % 16 == 0) for t in layout.tensors(args)],
+            *[_spec(args[i]) for i in layout.others],
+            *[t.dtype for t in self._fresh(args)],
+        )
 
     def launch(
         self,
@@ -115,18 +189,12 @@ class CachedKernel:
                 num_ctas=num_ctas,
             )
             return
-        n_args = len(args)
-        key = (
-            device_index,
-            consts,
-            num_warps,
-            num_stages,
-            num_ctas,
-            *[_spec(args[i]) for i in self._keyed if i < n_args],
-            *[args[i].dtype for i in self._fresh],
-        )
+        key = self.key(args, consts, num_warps, num_stages, device_index, num_ctas)
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
+            self._layouts[len(args)].check(args)
+            if len(self.handles) >= MAX_HANDLES:
+                self.handles.clear()
             with torch.cuda.device(device_index):
                 compiled = self.fn[grid](
                     *args,

@@ -80,7 +80,7 @@ def weight_of(weight: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
     matrix column, ``expand``'s stride 0), or a counted copy when its offsets overflow int32."""
     if weight is None:
         return None, 1
-    stride = weight.stride(0)
+    stride = weight.stride()[0]  # (stride() is cheaper to call than stride(0))
     if stride == 1 or weight.shape[0] == 1:
         return weight, 1
     if stride * (weight.shape[0] - 1) > _INT32_MAX:
@@ -174,7 +174,7 @@ def rows_of(t: torch.Tensor, name: str) -> tuple[torch.Tensor, int]:
     if t.is_contiguous():
         return t, t.shape[-1]
     rows = as_rows(t, name)
-    return rows, rows.stride(0)
+    return rows, rows.stride()[0]
 
 
 def _empty_out(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -213,11 +213,11 @@ def launch_forward(
     """
     n = x2.shape[-1]
     m = x2.numel() // n
-    sx = x2.stride(0) if stride_x is None else stride_x
+    sx = x2.stride()[0] if stride_x is None else stride_x
     acc = _acc_dtype(x2.dtype)
     y = _empty_out(x2, out_dtype)
     h = None if residual2 is None else _empty_out(x2, x2.dtype)
-    rstd = torch.empty((m,), device=x2.device, dtype=acc)
+    rstd = torch.empty(m, device=x2.device, dtype=acc)  # (sizes as ints: cheaper to parse)
     if m == 0:
         return y, h, rstd
     index = _device_index(x2)
@@ -240,7 +240,7 @@ def launch_forward(
     has_w, has_r = weight is not None, residual2 is not None
     w = weight if has_w else x2
     if has_r:
-        r, sr = residual2, (residual2.stride(0) if stride_res is None else stride_res)
+        r, sr = residual2, (residual2.stride()[0] if stride_res is None else stride_res)
     else:
         r, sr = x2, 0
     if rows:
@@ -317,8 +317,8 @@ def launch_backward(
         return dx, (
             torch.zeros(weight_in.shape, device=dx.device, dtype=weight_in.dtype) if has_w else None
         )
-    sdy = dy2.stride(0) if stride_dy is None else stride_dy
-    sx = x2.stride(0) if stride_x is None else stride_x
+    sdy = dy2.stride()[0] if stride_dy is None else stride_dy
+    sx = x2.stride()[0] if stride_x is None else stride_x
     acc = rstd.dtype
     index = _device_index(x2)
     if config is None:
@@ -373,13 +373,13 @@ def launch_backward(
     dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
     if has_w:
         device = x2.device
-        dw = torch.empty((n,), device=device, dtype=weight.dtype)
+        dw = torch.empty(n, device=device, dtype=weight.dtype)
         # The tree adds partials in its float64 slots; the sum launch widens float32 ones.
-        partial = torch.empty((groups, n), device=device, dtype=torch.float64 if tree else dw_acc)
+        partial = torch.empty(groups, n, device=device, dtype=torch.float64 if tree else dw_acc)
         if tree:
             counters = tree_counters(device, index, tiles * groups)
     if dh2 is not None:
-        dh, sdh = dh2, (dh2.stride(0) if stride_dh is None else stride_dh)
+        dh, sdh = dh2, (dh2.stride()[0] if stride_dh is None else stride_dh)
     else:
         dh, sdh = dy2, 0
     dx2 = dx if dx2_out is None else dx2_out

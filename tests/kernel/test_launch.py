@@ -83,7 +83,7 @@ def test_cached_launch_switches_to_the_tensors_device(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     monkeypatch.setattr(torch.cuda, "device", device)
     args = (_BASE, _BASE, 4, 64)
-    key = (1, (32, 128), 4, 1, 1, *[launch._spec(a) for a in args])
+    key = kernel.key(args, (32, 128), 4, 1, 1)
     kernel.handles[key] = (lambda *params: events.append(("run", params[3])), "f", "p")
     for current in (0, 1):
         monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda c=current: c, raising=False)
@@ -92,3 +92,90 @@ def test_cached_launch_switches_to_the_tensors_device(monkeypatch):
         expected = [("enter", 1), ("run", 7), ("exit", 1)] if current == 0 else [("run", 7)]
         assert events == expected
     assert kernel.launches["cached"] == 2
+
+
+class _FakeJit:
+    """A stand-in for a ``@triton.jit`` function: its signature is DW_SUM's, and a launch through
+    ``[grid](...)`` records the arguments and returns a compiled handle that records its runs."""
+
+    def __init__(self, events):
+        from rmsnorm_kernel import ops
+
+        self.fn = ops.DW_SUM.fn.fn
+        self.__name__ = "fake"
+        self.events = events
+
+    def __getitem__(self, grid):
+        events = self.events
+
+        class Compiled:
+            function, packed_metadata = "f", "p"
+
+            @staticmethod
+            def run(*params):
+                events.append(("run", params[9:]))
+
+        def compile_and_launch(*args, **kwargs):
+            events.append(("compile", args))
+            return Compiled
+
+        return compile_and_launch
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """CachedKernel's GPU path on CPU: the CUDA calls it makes are answered, not made."""
+    import contextlib
+
+    from rmsnorm_kernel import launch
+
+    monkeypatch.setattr(launch, "BACKEND", "cuda")
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    return launch
+
+
+def test_a_new_int_value_compiles_through_triton_then_hits(fake_cuda):
+    """Ints are keyed on their values: a value not seen before goes through ``[grid](...)``
+    (Triton's own cache), the same values again take the handle, and a value that Triton would
+    classify alike is still a new key (finer than Triton, never coarser)."""
+    events = []
+    kernel = fake_cuda.CachedKernel(_FakeJit(events))
+    for groups in (4, 4, 20, 4, 20):
+        kernel.launch((2,), (_BASE, _BASE, groups, 64), (), (32, 128), 4, 1, 0)
+    kinds = [e[0] for e in events]
+    assert kinds == ["compile", "run", "compile", "run", "run"]
+    assert kernel.launches == {"compiled": 2, "cached": 3}
+    assert _spec(4) == _spec(20)  # one Triton class, two keys
+
+
+def test_keys_separate_alignment_dtype_and_consts(fake_cuda):
+    kernel = fake_cuda.CachedKernel(_FakeJit([]))
+    args = (_BASE, _BASE, 4, 64)
+    base = kernel.key(args, (32, 128), 4, 1, 0)
+    assert kernel.key(args, (32, 128), 4, 1, 0) == base
+    assert kernel.key((_BASE[1:], _BASE, 4, 64), (32, 128), 4, 1, 0) != base  # 4-byte offset
+    assert kernel.key((_BASE[4:], _BASE, 4, 64), (32, 128), 4, 1, 0) == base  # 16-byte offset
+    assert kernel.key((_BASE.double(), _BASE, 4, 64), (32, 128), 4, 1, 0) != base
+    assert kernel.key(args, (32, 64), 4, 1, 0) != base
+    assert kernel.key(args, (32, 128), 8, 1, 0) != base
+    assert kernel.key(args, (32, 128), 4, 1, 1) != base  # another device
+
+
+def test_a_launcher_changing_an_arguments_kind_is_refused(fake_cuda):
+    kernel = fake_cuda.CachedKernel(_FakeJit([]))
+    kernel.launch((2,), (_BASE, _BASE, 4, 64), (), (32, 128), 4, 1, 0)
+    with pytest.raises(TypeError, match="other kinds of arguments"):
+        kernel.launch((2,), (_BASE, _BASE, _BASE, 64), (), (32, 128), 4, 1, 0)
+
+
+def test_the_handle_table_is_bounded(fake_cuda, monkeypatch):
+    monkeypatch.setattr(fake_cuda, "MAX_HANDLES", 3)
+    events = []
+    kernel = fake_cuda.CachedKernel(_FakeJit(events))
+    for groups in range(1, 8):
+        kernel.launch((2,), (_BASE, _BASE, groups, 64), (), (32, 128), 4, 1, 0)
+        assert len(kernel.handles) <= 3
+    kernel.launch((2,), (_BASE, _BASE, 7, 64), (), (32, 128), 4, 1, 0)  # still there: a hit
+    assert events[-1][0] == "run"
