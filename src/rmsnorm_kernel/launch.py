@@ -12,10 +12,10 @@ arguments would run: the device, the constexpr values, ``num_warps``/``num_stage
 pointer's dtype and 16-byte alignment, each integer's class (== 1, divisible by 16, fits in
 int32, as ``triton._C.libtriton.native_specialize_impl`` classifies them), and each tensor
 descriptor's dtype, box and padding (its shape and strides are encoded at every launch by the
-compiled launcher itself). The hot path keys integers on their values, which is finer than their
-classes (so it never picks a wrong handle) and cheaper to build: one C-level gather instead of a
-Python call per integer. A new value (a new row count) then costs one ``JITFunction.run``, which
-finds the compiled kernel in Triton's own cache; :data:`MAX_HANDLES` bounds the table.
+compiled launcher itself). On the hot path an integer's class comes from a table of the values
+seen so far, read at C speed (``map`` over ``dict.__getitem__``), instead of a Python call per
+integer; classes, not values, so that a new row count of the same class (variable-length
+batches) still takes the cached handle.
 
 Triton's interpreter (the CPU backend) has no compiled handle: there every launch takes
 ``kernel[grid](...)``, as does any launch while a Triton launch hook (a profiler) is installed.
@@ -38,10 +38,26 @@ except ImportError:  # pragma: no cover - outside the supported range
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
-#: Handles kept per kernel before the table is emptied and refilled: integers are keyed on their
-#: values, so variable-length batches (a new row count per call) would grow it without a bound.
-#: An entry is a few hundred bytes; a refill costs one JITFunction.run per live specialisation.
+#: Handles kept per kernel before the table is emptied and refilled (a safety bound: keys hold
+#: classes, so a table grows only with configs and dtypes).
 MAX_HANDLES = 4096
+#: Integer values whose class :data:`_INT_CLASSES` remembers before it is emptied (row counts
+#: of variable-length batches are new values; an entry is a few dozen bytes).
+MAX_INT_CLASSES = 65536
+#: value -> its class (:func:`_spec`), the hot path's table.
+_INT_CLASSES: dict[int, int] = {}
+
+
+def _int_classes(ints: tuple[int, ...]) -> tuple[int, ...]:
+    """``tuple(_spec(a) for a in ints)``, by table look-ups at C speed once a value was seen."""
+    try:
+        return tuple(map(_INT_CLASSES.__getitem__, ints))
+    except KeyError:
+        if len(_INT_CLASSES) >= MAX_INT_CLASSES:
+            _INT_CLASSES.clear()
+        for a in ints:
+            _INT_CLASSES[a] = _spec(a)
+        return tuple(map(_INT_CLASSES.__getitem__, ints))
 
 
 def _hooks_installed() -> bool:
@@ -162,7 +178,7 @@ class CachedKernel:
             num_warps,
             num_stages,
             num_ctas,
-            layout.ints(args),
+            _int_classes(layout.ints(args)),
             *[(t.dtype, t.data_ptr() % 16 == 0) for t in layout.tensors(args)],
             *[_spec(args[i]) for i in layout.others],
             *[t.dtype for t in self._fresh(args)],

@@ -136,18 +136,36 @@ def fake_cuda(monkeypatch):
     return launch
 
 
-def test_a_new_int_value_compiles_through_triton_then_hits(fake_cuda):
-    """Ints are keyed on their values: a value not seen before goes through ``[grid](...)``
-    (Triton's own cache), the same values again take the handle, and a value that Triton would
-    classify alike is still a new key (finer than Triton, never coarser)."""
+def test_ints_of_one_class_share_a_handle_and_another_class_compiles(fake_cuda):
+    """Ints are keyed on Triton's classes: a new value of a class seen before (a new row count of
+    a variable-length batch) takes the cached handle; a value of another class goes through
+    ``[grid](...)`` (Triton's own cache) once, then hits too."""
     events = []
     kernel = fake_cuda.CachedKernel(_FakeJit(events))
-    for groups in (4, 4, 20, 4, 20):
+    for groups in (4, 20, 5, 32, 48, 1, 1):  # classes: a, a, a, b, b, c, c
         kernel.launch((2,), (_BASE, _BASE, groups, 64), (), (32, 128), 4, 1, 0)
     kinds = [e[0] for e in events]
-    assert kinds == ["compile", "run", "compile", "run", "run"]
-    assert kernel.launches == {"compiled": 2, "cached": 3}
-    assert _spec(4) == _spec(20)  # one Triton class, two keys
+    assert kinds == ["compile", "run", "run", "compile", "run", "compile", "run"]
+    assert kernel.launches == {"compiled": 3, "cached": 4}
+
+
+@settings(max_examples=200, derandomize=True)
+@given(ints=st.lists(INTS, min_size=0, max_size=6))
+def test_the_int_class_table_answers_what_spec_does(ints):
+    from rmsnorm_kernel import launch
+
+    assert launch._int_classes(tuple(ints)) == tuple(_spec(a) for a in ints)
+    assert launch._int_classes(tuple(ints)) == tuple(_spec(a) for a in ints)  # from the table
+
+
+def test_the_int_class_table_is_bounded(monkeypatch):
+    from rmsnorm_kernel import launch
+
+    monkeypatch.setattr(launch, "MAX_INT_CLASSES", 8)
+    monkeypatch.setattr(launch, "_INT_CLASSES", {})
+    for a in range(100):
+        assert launch._int_classes((a, a + 1)) == (_spec(a), _spec(a + 1))
+        assert len(launch._INT_CLASSES) <= 8 + 2
 
 
 def test_keys_separate_alignment_dtype_and_consts(fake_cuda):
@@ -174,8 +192,8 @@ def test_the_handle_table_is_bounded(fake_cuda, monkeypatch):
     monkeypatch.setattr(fake_cuda, "MAX_HANDLES", 3)
     events = []
     kernel = fake_cuda.CachedKernel(_FakeJit(events))
-    for groups in range(1, 8):
-        kernel.launch((2,), (_BASE, _BASE, groups, 64), (), (32, 128), 4, 1, 0)
+    for warps in (1, 2, 4, 8, 16, 32):  # num_warps is in the key: six handles
+        kernel.launch((2,), (_BASE, _BASE, 4, 64), (), (32, 128), warps, 1, 0)
         assert len(kernel.handles) <= 3
-    kernel.launch((2,), (_BASE, _BASE, 7, 64), (), (32, 128), 4, 1, 0)  # still there: a hit
+    kernel.launch((2,), (_BASE, _BASE, 4, 64), (), (32, 128), 32, 1, 0)  # still there: a hit
     assert events[-1][0] == "run"
