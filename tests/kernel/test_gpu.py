@@ -151,6 +151,24 @@ def test_cached_launches_run_and_stay_correct():
         assert kernel.launches["cached"] >= old["cached"] + 2, kernel.fn
 
 
+def test_a_new_row_count_of_the_same_class_takes_the_cached_handle():
+    """Variable-length batches: row counts of one Triton class (all multiples of 16 here) reuse
+    the handle compiled for the first one, through one explicit config, and stay correct."""
+    from rmsnorm_kernel import ops
+    from rmsnorm_kernel.config import ForwardConfig
+
+    config = ForwardConfig(block=512, rows=4, num_warps=4)
+    w = torch.randn(512, device="cuda", dtype=torch.bfloat16)
+    compiled = None
+    for m in (4096, 4112, 4128, 4144):
+        x = torch.randn(m, 512, device="cuda", dtype=torch.bfloat16)
+        y, _, _ = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype, config=config)
+        assert_close(y, oracle_y(x, w), torch.bfloat16, "y")
+        if compiled is None:
+            compiled = ops.FORWARD_ROWS.launches["compiled"]
+    assert ops.FORWARD_ROWS.launches["compiled"] == compiled
+
+
 @pytest.mark.parametrize(
     "m,n",
     [(1, 4096), (7, 1000), (4097, 257), (100_000, 128), (3000, 8192), (600, 32768), (50, 65537)],
