@@ -65,44 +65,25 @@ class _MinimalFunction(torch.autograd.Function):
         return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype)
 
 
-class _LaunchInBackward(torch.autograd.Function):
-    """An empty node whose backward makes one cached launch (``_LaunchInBackward.launch``): what
-    one launch costs on autograd's device thread."""
+def _empty_node(grad_of=lambda dy: dy):
+    """The cheapest Python autograd node (forward: a view of x), whose backward returns
+    ``grad_of(dy)`` for x: with the identity, what the engine costs us before any of our work;
+    with one launch or one allocation in ``grad_of``, what that costs on autograd's device
+    thread."""
 
-    launch = None
+    class EmptyNode(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            return x.view_as(x)
 
-    @staticmethod
-    def forward(ctx, x, w):
-        return x.view_as(x)
+        @staticmethod
+        def backward(ctx, dy):
+            return grad_of(dy), None
 
-    @staticmethod
-    def backward(ctx, dy):
-        _LaunchInBackward.launch()
-        return dy, None
-
-
-class _AllocInBackward(torch.autograd.Function):
-    """An empty node whose backward allocates its gradient: one torch op on the device thread."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return torch.empty_like(dy), None
+    return EmptyNode
 
 
-class _EmptyFunction(torch.autograd.Function):
-    """The cheapest Python autograd node: what the engine costs us before any of our work."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        return dy, None
+_EmptyFunction = _empty_node()
 
 
 class _Worker:
@@ -212,13 +193,14 @@ def variants(x, w, dy) -> dict:
     def minimal_forward():
         _MinimalFunction.apply(x, w)
 
-    _LaunchInBackward.launch = one_launch
+    launch_in_backward_node = _empty_node(lambda dy: (one_launch(), dy)[1])
+    alloc_in_backward_node = _empty_node(torch.empty_like)
 
     def launch_in_backward():
-        torch.autograd.grad(_LaunchInBackward.apply(x, w), (x,), dy)
+        torch.autograd.grad(launch_in_backward_node.apply(x, w), (x,), dy)
 
     def alloc_in_backward():
-        torch.autograd.grad(_AllocInBackward.apply(x, w), (x,), dy)
+        torch.autograd.grad(alloc_in_backward_node.apply(x, w), (x,), dy)
 
     def launch_then_empty():
         one_launch()
