@@ -65,6 +65,8 @@ def t(*shape, dtype=torch.float32):
 
 DT = {torch.float32: tl.float32, torch.float64: tl.float64}
 #: The folded dy sum's rounding dtype (DY_SUM): dy's own.
+#: The forward kernels' last constexprs: X_EVICT (no hint), STORE_RSTD (training's variant).
+TAIL = ("", True)
 STORED = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, **DT}
 
 
@@ -91,11 +93,11 @@ def variants():
                 floats = (1e-6, 0.0, 0.0, 0.0)
                 name = f"{dtype} w={has_w} r={has_r} llama={llama} stride_w={sw} N={n}"
                 if fwd.rows:
-                    args = (x, x, w, x, x, rstd, n, n, sw, m, n, *floats, *consts, fwd.rows)
+                    args = (x, x, w, x, x, rstd, n, n, sw, m, n, *floats, *consts, fwd.rows, *TAIL)
                     kernel = kernels.rmsnorm_forward_rows_kernel
                     yield f"fwd_rows {name}", kernel, args, fwd.num_warps
                 else:
-                    flags = (fwd.block >= n, fwd.packed and not has_r, fwd.unmasked, False)
+                    flags = (fwd.block >= n, fwd.packed and not has_r, fwd.unmasked, False, *TAIL)
                     args = (x, x, w, x, x, rstd, n, n, sw, n, *floats, *consts, *flags)
                     yield f"fwd {name}", kernels.rmsnorm_forward_kernel, args, fwd.num_warps
             yield from _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd)
@@ -119,7 +121,7 @@ def cluster_variants():
     floats = (1e-6, 0.0, 0.0, 0.0)
     for n, warps, ctas in CLUSTER_FWD:
         x, w, rstd = t(m, n, dtype=torch.bfloat16), t(n, dtype=torch.bfloat16), t(m)
-        consts = (True, False, False, tl.float32, n, True, False, False, False)
+        consts = (True, False, False, tl.float32, n, True, False, False, False, *TAIL)
         args = (x, x, w, x, x, rstd, n, n, 1, n, *floats, *consts)
         for c in (1, ctas):
             yield (

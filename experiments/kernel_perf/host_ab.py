@@ -9,7 +9,8 @@ included), more than a host-side change moves, so only a same-process comparison
 The copy is imported as ``rmsnorm_kernel_old`` with its ``torch.library`` namespace renamed the
 same way (two packages cannot register one op). Rows, at 128 x 257 float32 (the bench's host
 shape): ``ours`` (``rmsnorm`` + ``autograd.grad``) and ``launchers`` (``ops.launch_forward`` +
-``ops.launch_backward``, no autograd) of each copy, and ``F.rms_norm`` + ``autograd.grad``.
+``ops.launch_backward``, no autograd) and ``inference`` (``rmsnorm`` on tensors that need no
+grad) of each copy, and ``F.rms_norm`` + ``autograd.grad`` and without grad.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def rows_of(pkg, tag: str, x, w, dy) -> dict:
         pkg.ops.launch_forward(xd, wd, None, EPS, 0.0, x.dtype)
         pkg.ops.launch_backward(dy, xd, wd, rstd, 0.0, None, x.dtype)
 
-    return {f"ours ({tag})": ours, f"launchers ({tag})": launchers}
+    def inference():  # nothing requires grad: the inference path (no autograd node)
+        pkg.rmsnorm(xd, wd, EPS)
+
+    return {f"ours ({tag})": ours, f"launchers ({tag})": launchers, f"inference ({tag})": inference}
 
 
 def main() -> None:
@@ -81,8 +85,19 @@ def main() -> None:
     calls_of["F.rms_norm fwd+bwd"] = lambda: torch.autograd.grad(
         F.rms_norm(x, (257,), w, EPS), (x, w), dy
     )
+    xd, wd = x.detach(), w.detach()
+    calls_of["F.rms_norm inference"] = lambda: F.rms_norm(xd, (257,), wd, EPS)
     times = interleaved(calls_of, device, calls, args.rounds, "128x257 float32")
-    for row in ("ours", "launchers"):
+    for tag in ("old", "new"):
+        ratios = [
+            a / b
+            for a, b in zip(times[f"inference ({tag})"], times["F.rms_norm inference"], strict=True)
+        ]
+        print(
+            f"  inference ({tag}) / F.rms_norm inference per round, median "
+            f"{statistics.median(ratios):.3f}"
+        )
+    for row in ("ours", "launchers", "inference"):
         # per-round ratios: each round times both copies back to back
         ratios = [a / b for a, b in zip(times[f"{row} (new)"], times[f"{row} (old)"], strict=True)]
         print(

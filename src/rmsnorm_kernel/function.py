@@ -36,20 +36,30 @@ def reset_calls() -> None:
     CALLS["backward"] = 0
 
 
-def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None):
+def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep_rstd=True):
     """``[..., N]`` tensors -> ``(y [..., N], h [..., N] or None, saved, saved_stride, rstd (M,))``.
 
     ``saved`` is the kernel's input (x's rows, or the returned x + residual) and ``saved_stride``
     its row stride: what the backward launch reads. ``llama``: Llama's rounding rule
     (:func:`ops.output_dtype`). ``out_dtype``: store y in this dtype instead of the rule's (the
     Inductor pass's cast rewrite; one rounding of the same accumulator values).
+    ``keep_rstd=False``: no backward will run; rstd is not computed into memory (None).
     """
     x_rows, sx = ops.rows_of(x, "x")
     res_rows, sr = (None, 0) if residual is None else ops.rows_of(residual, "residual")
     if out_dtype is None:
         out_dtype = ops.output_dtype(x, weight, llama)
     y, h, rstd = ops.launch_forward(
-        x_rows, weight, res_rows, eps, offset, out_dtype, stride_x=sx, stride_res=sr, llama=llama
+        x_rows,
+        weight,
+        res_rows,
+        eps,
+        offset,
+        out_dtype,
+        stride_x=sx,
+        stride_res=sr,
+        llama=llama,
+        keep_rstd=keep_rstd,
     )
     CALLS["forward"] += 1
     saved, saved_stride = (x_rows, sx) if h is None else (h, x.shape[-1])
@@ -399,6 +409,8 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         or (residual is not None and residual.requires_grad)
     ):
         # Nothing to differentiate: skip autograd.Function's bookkeeping (inference hot path).
-        y, h, _, _, _ = _forward(x, weight, residual, float(eps), float(offset), llama)
+        y, h, _, _, _ = _forward(
+            x, weight, residual, float(eps), float(offset), llama, keep_rstd=False
+        )
         return y if residual is None else (y, h)
     return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual, llama)

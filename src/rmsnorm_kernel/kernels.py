@@ -106,6 +106,7 @@ def rmsnorm_forward_kernel(
     UNMASKED: tl.constexpr,  # ONE_PASS and N == BLOCK: loads and stores without masks
     HAS_OFFSET: tl.constexpr,  # offset != 0 (else y = x * r * w, with no add)
     X_EVICT: tl.constexpr,  # the row's (first) load: "" or "evict_last" (EVICT_LAST_ROW_BYTES)
+    STORE_RSTD: tl.constexpr,  # False: nothing will differentiate (inference), RSTD is unused
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
     the row, mostly from L2).
@@ -138,7 +139,7 @@ def rmsnorm_forward_kernel(
             _row_store(h_row + cols, x16, mask, UNMASKED)
             x = x16.to(ACC)  # normalise the rounded sum the caller receives
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-        if BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
+        if STORE_RSTD and BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
             tl.store(RSTD + row, rstd)  # before the output, with the weight-first order
         if PACKED:
             x = _widen_by_bits(x16)  # the same values as the cast, from the 16-bit row
@@ -153,7 +154,7 @@ def rmsnorm_forward_kernel(
             else:  # the add alone costs the packed pass its spill-free registers
                 y = y * w.to(ACC)
         _row_store(y_row + cols, y.to(Y.dtype.element_ty), mask, UNMASKED)
-        if BLOCK > WEIGHT_FIRST_MAX_BLOCK:
+        if STORE_RSTD and BLOCK > WEIGHT_FIRST_MAX_BLOCK:
             tl.store(RSTD + row, rstd)
     else:
         # Pass 1: sum of squares, chunk by chunk (and write x + residual on the way).
@@ -185,7 +186,8 @@ def rmsnorm_forward_kernel(
                     w += offset
                 y = y * w
             tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
-        tl.store(RSTD + row, rstd)
+        if STORE_RSTD:
+            tl.store(RSTD + row, rstd)
 
 
 #: M only bounds the last tile: not worth a compiled variant per M % 16.
@@ -213,6 +215,7 @@ def rmsnorm_forward_rows_kernel(
     BLOCK: tl.constexpr,  # >= N, a power of two
     ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
     X_EVICT: tl.constexpr,  # the rows' load: "" or "evict_last" (config.EVICT_LAST_ROW_BYTES)
+    STORE_RSTD: tl.constexpr,  # False: inference, RSTD is unused
 ):
     """Short rows (N <= BLOCK): ROWS rows per program, so each program moves enough bytes to hide
     its launch and reduction latency, and the weight is loaded once per ROWS rows."""
@@ -238,7 +241,8 @@ def rmsnorm_forward_rows_kernel(
         w = tl.load(W + cols * stride_w, mask=col_mask, other=0.0).to(ACC) + offset
         y = y * w[None, :]
     tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+    if STORE_RSTD:
+        tl.store(RSTD + rows, rstd, mask=row_mask)
 
 
 @triton.jit

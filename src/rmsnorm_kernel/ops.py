@@ -201,9 +201,11 @@ def launch_forward(
     stride_res: int | None = None,
     llama: bool = False,
     config: ForwardConfig | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    keep_rstd: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Rows in: ``(y, h or None, rstd (M,) ACC)`` out; ``y`` (``out_dtype``) and ``h``
-    (``x2.dtype``) are contiguous with ``x2``'s shape.
+    (``x2.dtype``) are contiguous with ``x2``'s shape. ``keep_rstd=False`` (nothing will
+    differentiate): rstd is neither allocated nor stored, and comes back None.
 
     ``x2``: ``(M, N)`` with unit column stride, or any ``[..., N]`` whose rows are ``stride_x``
     elements apart (a contiguous tensor: ``stride_x = N``); the same for ``residual2``.
@@ -217,7 +219,8 @@ def launch_forward(
     acc = _acc_dtype(x2.dtype)
     y = _empty_out(x2, out_dtype)
     h = None if residual2 is None else _empty_out(x2, x2.dtype)
-    rstd = torch.empty(m, device=x2.device, dtype=acc)  # (sizes as ints: cheaper to parse)
+    # (sizes as ints: cheaper to parse). Inference skips the allocation: one fewer per call.
+    rstd = torch.empty(m, device=x2.device, dtype=acc) if keep_rstd else None
     if m == 0:
         return y, h, rstd
     index = _device_index(x2)
@@ -243,12 +246,13 @@ def launch_forward(
         r, sr = residual2, (residual2.stride()[0] if stride_res is None else stride_res)
     else:
         r, sr = x2, 0
+    rs = y if rstd is None else rstd  # a fresh placeholder the kernel never stores to
     if rows:
         FORWARD_ROWS.launch(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
-            (x2, r, w, y, h if has_r else y, rstd, sx, sr, sw, m, n),
+            (x2, r, w, y, h if has_r else y, rs, sx, sr, sw, m, n),
             floats,
-            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config)),
+            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config), keep_rstd),
             config.num_warps,
             1,
             index,
@@ -257,7 +261,7 @@ def launch_forward(
     else:
         FORWARD.launch(
             (m,),
-            (x2, r, w, y, h if has_r else y, rstd, sx, sr, sw, n),
+            (x2, r, w, y, h if has_r else y, rs, sx, sr, sw, n),
             floats,
             (
                 has_w,
@@ -270,6 +274,7 @@ def launch_forward(
                 config.unmasked,
                 offset != 0.0,
                 _evict(config),
+                keep_rstd,
             ),
             config.num_warps,
             1,

@@ -64,7 +64,8 @@ class FuncRMSNormFunction(torch.autograd.Function):
     def forward(x, weight, eps, offset, residual, llama):
         from .function import _forward  # function imports this module
 
-        y, h, _, _, _ = _forward(x, weight, residual, eps, offset, llama)
+        # The backward recomputes in PyTorch ops: rstd is not needed.
+        y, h, _, _, _ = _forward(x, weight, residual, eps, offset, llama, keep_rstd=False)
         return y if h is None else (y, h)
 
     @staticmethod
