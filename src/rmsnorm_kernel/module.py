@@ -106,6 +106,11 @@ def rms_norm(
     return y.view(input.shape)
 
 
+# torch.fx.symbolic_trace records rms_norm as one call (a leaf, as it records F.rms_norm) instead
+# of tracing into its checks, whose branches on shapes and dtypes Proxies cannot take.
+torch.fx.wrap("rms_norm")
+
+
 class RMSNorm(nn.RMSNorm):
     """``torch.nn.RMSNorm`` itself (a subclass: same constructor, attributes, ``state_dict``,
     ``reset_parameters``, ``repr``, and ``isinstance(m, torch.nn.RMSNorm)`` holds, as weight-decay

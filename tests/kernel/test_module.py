@@ -88,3 +88,41 @@ def test_functional_refuses_wrong_shapes(device):
         rk.rms_norm(x, (7,))
     with pytest.raises(RuntimeError, match="weight to be of same shape as normalized_shape"):
         rk.rms_norm(x, (8,), torch.ones(4, device=device))
+
+
+@pytest.mark.parametrize("normalized", [32, (4, 8)])
+def test_fx_symbolic_trace_records_one_call_that_runs_the_kernel(normalized, device):
+    """``torch.fx.symbolic_trace`` (quantization, pipeline splitting, HF's fx tracer) sees
+    ``rms_norm`` as one leaf call, as it sees ``F.rms_norm``; the traced model runs the kernel
+    and gives the model's values and gradients."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = rk.RMSNorm(normalized, eps=1e-6, device=device)
+            self.proj = torch.nn.Linear(32, 32, device=device)
+
+        def forward(self, x):
+            return self.proj(self.norm(x).flatten(2))
+
+    net = Net()
+    with torch.no_grad():
+        net.norm.weight.normal_()
+    traced = torch.fx.symbolic_trace(net)
+    calls = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+    assert calls.count(rk.module.rms_norm) == 1, calls
+    x = torch.randn(3, 5, *((32,) if normalized == 32 else (4, 8)), device=device)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    rk.reset_calls()
+    ya, yb = traced(xa), net(xb)
+    assert rk.CALLS["forward"] == 2
+    assert torch.equal(ya, yb)
+    dy = torch.randn_like(ya)
+    ya.backward(dy)
+    yb.backward(dy)
+    assert rk.CALLS["backward"] == 2
+    assert torch.equal(xa.grad, xb.grad)
+    with torch.no_grad():
+        rows = x.flatten(2)  # (3, 5, 32): the normalised dims as one row
+        expected = net.proj(oracle_y(rows, net.norm.weight.reshape(-1)).float())
+    assert_close(ya, expected, torch.float32, "traced model against the oracle's norm")
