@@ -82,6 +82,17 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
         raise ContractValueError(f"{name} must be > 0 (got {value!r})")
 
 
+def check_no_columns(x: torch.Tensor, weight: torch.Tensor | None, eps: float | None) -> None:
+    """The drop-ins' rules for rows of N = 0 values, which ``F.rms_norm`` returns empty (nothing
+    is launched): x and weight of supported dtypes, eps None or a finite real. The caller
+    checked the shapes."""
+    for name, t in (("x", x), ("weight", weight)):
+        if t is not None and t.dtype not in SUPPORTED_DTYPES:
+            raise ContractTypeError(f"{name} must have dtype in ({_DTYPE_NAMES}) (got {t.dtype})")
+    if eps is not None:
+        _check_real("eps", eps, positive=False)
+
+
 def _check_device(x: torch.Tensor) -> None:
     if x.device.type == "meta":  # shapes only (function._through_op): nothing is launched
         return

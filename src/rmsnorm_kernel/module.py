@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from . import dtensor
-from .contract import ContractTypeError, ContractValueError
+from .contract import ContractTypeError, ContractValueError, check_no_columns
 from .function import _rmsnorm
 
 
@@ -97,6 +97,9 @@ def rms_norm(
         return dtensor.local_call(local, input, weight, None, k)
     if _autocast_to_float32(input):  # F.rms_norm's autocast rule: inputs cast first
         input, weight = input.float(), _float32(weight)
+    if 0 in shape:  # rows of no values: nothing to normalise; F.rms_norm returns them empty
+        check_no_columns(input, weight, eps)
+        return (input.clone() if weight is None else input * weight).to(input.dtype)
     # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
     if k == 1:
         return _rmsnorm(input, weight, eps, 0.0, None, "torch", False)

@@ -150,3 +150,46 @@ def test_rmsnorm_keeps_the_tutorial_eps_rule(eps, device):
         rk.rms_norm(x, (8,), None, float("nan"))
     with pytest.raises(ValueError, match="eps must be finite"):
         rk.RMSNorm(8, eps=float("-inf"), device=device)(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("shape", "normalized", "affine"),
+    [((2, 0), (0,), True), ((2, 0), (0,), False), ((3, 4, 0), (4, 0), True), ((0, 0), (0,), True)],
+)
+def test_rows_of_no_values_come_back_empty_as_from_torch(shape, normalized, affine, dtype, device):
+    """N = prod(normalized_shape) = 0: F.rms_norm and nn.RMSNorm return the empty rows (there is
+    nothing to normalise), with empty gradients; so do the drop-ins, with no launch."""
+    x = torch.randn(shape, device=device, dtype=dtype)
+    w = torch.randn(normalized, device=device) if affine else None  # float32, as a master copy
+    rk.reset_calls()
+    ours, theirs = _both(
+        lambda x, w: rk.rms_norm(x, normalized, w),
+        lambda x, w: F.rms_norm(x, normalized, w),
+        x,
+        w,
+    )
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+    grads = []
+    for fn in (rk.rms_norm, F.rms_norm):
+        xi = x.clone().requires_grad_()
+        wi = None if w is None else w.clone().requires_grad_()
+        fn(xi, normalized, wi).sum().backward()
+        grads.append([(t.grad.shape, t.grad.dtype) for t in (xi, wi) if t is not None])
+    assert grads[0] == grads[1]
+    y = rk.RMSNorm(normalized, elementwise_affine=affine, device=device)(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert rk.CALLS["forward"] == 0
+
+
+def test_rows_of_no_values_still_check_dtypes_and_eps(device):
+    x = torch.zeros(2, 0, device=device)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        rk.rms_norm(x.int(), (0,))
+    with pytest.raises(TypeError, match="weight must have dtype"):
+        rk.rms_norm(x, (0,), torch.zeros(0, dtype=torch.int64, device=device))
+    with pytest.raises(ValueError, match="eps must be finite"):
+        rk.rms_norm(x, (0,), None, float("inf"))
+    with pytest.raises(RuntimeError, match="Expected weight to be of same shape"):
+        rk.rms_norm(x, (0,), torch.zeros(1, device=device))
