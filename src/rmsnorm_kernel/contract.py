@@ -82,13 +82,18 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
         raise ContractValueError(f"{name} must be > 0 (got {value!r})")
 
 
+def _check_dtype(name: str, t: torch.Tensor) -> None:
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise ContractTypeError(f"{name} must have dtype in ({_DTYPE_NAMES}) (got {t.dtype})")
+
+
 def check_no_columns(x: torch.Tensor, weight: torch.Tensor | None, eps: float | None) -> None:
     """The drop-ins' rules for rows of N = 0 values, which ``F.rms_norm`` returns empty (nothing
     is launched): x and weight of supported dtypes, eps None or a finite real. The caller
     checked the shapes."""
-    for name, t in (("x", x), ("weight", weight)):
-        if t is not None and t.dtype not in SUPPORTED_DTYPES:
-            raise ContractTypeError(f"{name} must have dtype in ({_DTYPE_NAMES}) (got {t.dtype})")
+    _check_dtype("x", x)
+    if weight is not None:
+        _check_dtype("weight", weight)
     if eps is not None:
         _check_real("eps", eps, positive=False)
 
@@ -180,8 +185,7 @@ def check_contract(
         raise ContractValueError(f"rounding must be one of {ROUNDINGS} (got {rounding!r})")
     if not isinstance(x, torch.Tensor):
         raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise ContractTypeError(f"x must have dtype in ({_DTYPE_NAMES}) (got {x.dtype})")
+    _check_dtype("x", x)
     if x.dim() < 1:
         raise ContractValueError(
             f"x must have at least 1 dim [..., N] (got shape {tuple(x.shape)})"
@@ -198,10 +202,7 @@ def check_contract(
             raise ContractTypeError(
                 f"weight must be a torch.Tensor or None (got {type(weight).__name__})"
             )
-        if weight.dtype not in SUPPORTED_DTYPES:
-            raise ContractTypeError(
-                f"weight must have dtype in ({_DTYPE_NAMES}) (got {weight.dtype})"
-            )
+        _check_dtype("weight", weight)
         if tuple(weight.shape) != (n,):
             raise ContractValueError(
                 f"weight must have shape (N,) = ({n},) (got {tuple(weight.shape)})"

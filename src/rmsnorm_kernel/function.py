@@ -43,7 +43,7 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep
     its row stride: what the backward launch reads. ``llama``: Llama's rounding rule
     (:func:`ops.output_dtype`). ``out_dtype``: store y in this dtype instead of the rule's (the
     Inductor pass's cast rewrite; one rounding of the same accumulator values).
-    ``keep_rstd=False``: no backward will run; rstd is not computed into memory (None).
+    ``keep_rstd=False``: no backward will run; rstd is neither allocated nor stored (None).
     """
     x_rows, sx = ops.rows_of(x, "x")
     res_rows, sr = (None, 0) if residual is None else ops.rows_of(residual, "residual")
