@@ -7,6 +7,10 @@ ptxas to a cubin, and reports registers and spills per variant. Run it with the 
 GPU has (3.6 on the H200 image), e.g.
 
     TRITON_INTERPRET=0 PYTHONPATH=<triton 3.6>:src python experiments/kernel_perf/compile_check.py
+
+``--store-rstd``: instead, the heuristic's one-row forward configs with and without the rstd store
+(registers, spills, CTAs per SM) and the variant inference takes (``config.stores_rstd``); exits 1
+if inference loses CTAs per SM anywhere.
 """
 
 from __future__ import annotations
@@ -201,7 +205,57 @@ def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
         yield f"bwd {name}", kernels.rmsnorm_backward_kernel, args + consts, bwd.num_warps
 
 
+def ctas_per_sm(registers: int, warps: int) -> int:
+    """CTAs per SM the registers allow on sm_90: 64K registers, allocated per warp in units of
+    256 (8 per thread), at most 2048 threads per SM (shared memory not counted)."""
+    per_warp = -(-registers * 32 // 256) * 256
+    return min(65536 // (per_warp * warps), 2048 // (32 * warps))
+
+
+def store_rstd_report() -> int:
+    """Registers and CTAs per SM of the heuristic's one-row forward configs (4096 rows, with a
+    weight) with and without the rstd store (STORE_RSTD), and the variant a keep_rstd=False launch
+    takes (config.stores_rstd). Returns how many configs lose CTAs per SM there."""
+    losses = 0
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        for n in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072):
+            m = 4096
+            x, w, rstd = t(m, n, dtype=dtype), t(n, dtype=dtype), t(m)
+            for has_r in (False, True):
+                fwd = config.forward_config(
+                    m, n, 0, False, None if has_r else dtype, 0 if has_r else n * dtype.itemsize
+                )
+                if fwd.rows or fwd.ctas > 1:
+                    continue
+                seen = {}
+                for store in (True, False):
+                    flags = (fwd.block >= n, fwd.packed, fwd.unmasked, False)
+                    consts = (True, has_r, False, tl.float32, fwd.block, *flags)
+                    consts += ("evict_last" if fwd.evict_last else "", store)
+                    args = (x, x, w, x, x, rstd, n, n, 1, n, 1e-6, 0.0, 0.0, 0.0, *consts)
+                    k = compile_one(kernels.rmsnorm_forward_kernel, args, fwd.num_warps)
+                    usage = resources(k)
+                    regs = int(re.search(r"REG:(\d+)", usage).group(1))
+                    stack = re.search(r"STACK:(\d+)", usage).group(1)
+                    seen[store] = (regs, stack, ctas_per_sm(regs, fwd.num_warps))
+                taken = seen[config.stores_rstd(fwd, False)]
+                lost = taken[2] < seen[True][2]
+                losses += lost
+                print(
+                    f"{'LOSS' if lost else 'ok  '} {dtype} N={n} residual={has_r} {fwd}: "
+                    + ", ".join(
+                        f"store={s} {r} regs {st} B stack {c} CTAs/SM"
+                        for s, (r, st, c) in seen.items()
+                    )
+                    + f"; inference takes store={config.stores_rstd(fwd, False)}",
+                    flush=True,
+                )
+    return losses
+
+
 def main():
+    if "--store-rstd" in sys.argv:
+        sys.exit(1 if store_rstd_report() else 0)
     failures = 0
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'

@@ -517,6 +517,22 @@ PACKED_FORWARD = {
     torch.bfloat16: {32768: (16, False), 65536: (32, True)},
     torch.float16: {32768: (32, True), 65536: (32, True)},
 }
+#: The packed pass stores rstd even where nothing will differentiate (``keep_rstd=False``, which
+#: elsewhere drops the store): without that store, ptxas (Triton 3.6, sm_90) gives the packed pass
+#: more registers, bf16 32768 columns at 16 warps 74 against 64 (one CTA per SM instead of two),
+#: fp16 32768 at 32 warps 40 against 32 (the same halving), and fp16 65536 spills 40 bytes
+#: against 24 (``experiments/kernel_perf/compile_check.py --store-rstd``). The bench's 2048 x
+#: 32768 bf16 forward (no grad) took 90.7 us without the store against 68.8 with it (H200, graph
+#: replay, 2026-12-02). No other forward config of that check changes its CTAs per SM.
+PACKED_STORES_RSTD = True
+
+
+def stores_rstd(config: ForwardConfig, keep_rstd: bool) -> bool:
+    """Whether a forward launch of ``config`` stores rstd (a buffer is then allocated for it):
+    always with ``keep_rstd``, and for packed rows (PACKED_STORES_RSTD)."""
+    return keep_rstd or (config.packed and PACKED_STORES_RSTD)
+
+
 #: Rows exactly one block wide, up to this many, load and store without masks: the one-row
 #: kernel is latency-bound there. Graph replay, H200, bf16 (tune.py part fwdpkg, fifteenth
 #: session, 2026-12-01), unmasked against masked: 4096 columns at 1024 / 2048 / 4096 rows 4.43 /

@@ -32,6 +32,7 @@ from .config import (
     backward_config,
     forward_config,
     hopper,
+    stores_rstd,
 )
 from .contract import ContractValueError, check_contract
 from .launch import CachedKernel
@@ -219,10 +220,8 @@ def launch_forward(
     acc = _acc_dtype(x2.dtype)
     y = _empty_out(x2, out_dtype)
     h = None if residual2 is None else _empty_out(x2, x2.dtype)
-    # (sizes as ints: cheaper to parse). Inference skips the allocation: one fewer per call.
-    rstd = torch.empty(m, device=x2.device, dtype=acc) if keep_rstd else None
     if m == 0:
-        return y, h, rstd
+        return y, h, (torch.empty(0, device=x2.device, dtype=acc) if keep_rstd else None)
     index = _device_index(x2)
     half = x2.element_size() == 2
     if config is None:
@@ -246,13 +245,18 @@ def launch_forward(
         r, sr = residual2, (residual2.stride()[0] if stride_res is None else stride_res)
     else:
         r, sr = x2, 0
-    rs = y if rstd is None else rstd  # a fresh placeholder the kernel never stores to
+    # (sizes as ints: cheaper to parse). Inference skips the allocation, one fewer per call,
+    # unless the config stores rstd anyway (stores_rstd); with no store, y is a fresh placeholder
+    # the kernel never writes through.
+    store = stores_rstd(config, keep_rstd)
+    rs = torch.empty(m, device=x2.device, dtype=acc) if store else y
+    rstd = rs if keep_rstd else None
     if rows:
         FORWARD_ROWS.launch(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
             (x2, r, w, y, h if has_r else y, rs, sx, sr, sw, m, n),
             floats,
-            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config), keep_rstd),
+            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config), store),
             config.num_warps,
             1,
             index,
@@ -274,7 +278,7 @@ def launch_forward(
                 config.unmasked,
                 offset != 0.0,
                 _evict(config),
-                keep_rstd,
+                store,
             ),
             config.num_warps,
             1,

@@ -13,7 +13,7 @@ import torch
 from kernel_helpers import assert_close, oracle_y
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel import ops
+from rmsnorm_kernel import config, ops
 from rmsnorm_kernel.config import ForwardConfig
 
 BF16 = torch.bfloat16
@@ -102,3 +102,37 @@ def test_torch_func_forward_keeps_no_rstd(device, monkeypatch):
     assert seen == [False]
     expected = torch.func.grad(lambda w_: rk.rmsnorm_reference(x, w_, 1e-6).sum())(w)
     torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "cfg, keep, expected",
+    [
+        (ForwardConfig(512, 0, 4, packed=True), False, True),  # PACKED_STORES_RSTD
+        (ForwardConfig(512, 0, 4), False, False),
+        (ForwardConfig(512, 4, 4), False, False),
+        (ForwardConfig(512, 0, 4), True, True),
+    ],
+)
+def test_the_launch_stores_rstd_where_the_config_says(device, monkeypatch, cfg, keep, expected):
+    """The packed pass stores rstd even for inference (PACKED_STORES_RSTD: without the store its
+    registers halve the CTAs per SM on sm_90), into a buffer of its own that inference still
+    does not return; the other kernels drop the store there."""
+    stored: list[bool] = []
+    for launcher in (ops.FORWARD, ops.FORWARD_ROWS):
+        real = launcher.launch
+
+        def spy(grid, tensors, floats, consts, *rest, _real=real):
+            stored.append(consts[-1])  # STORE_RSTD, every forward kernel's last constexpr
+            if consts[-1]:
+                assert tensors[5] is not tensors[3], "rstd stored through y's placeholder"
+            return _real(grid, tensors, floats, consts, *rest)
+
+        monkeypatch.setattr(launcher, "launch", spy)
+    x = torch.randn(6, 512, device=device).to(BF16)
+    y_train, _, _ = ops.launch_forward(x, None, None, 1e-6, 0.0, BF16, config=cfg)
+    stored.clear()
+    y, _, rstd = ops.launch_forward(x, None, None, 1e-6, 0.0, BF16, config=cfg, keep_rstd=keep)
+    assert stored == [expected]
+    assert config.stores_rstd(cfg, keep) is expected
+    assert (rstd is not None) is keep
+    assert torch.equal(_bits(y), _bits(y_train))
