@@ -50,6 +50,8 @@ Parts:
 - tmasweep: the package's TMA backward at widths BWD_TMA does not take yet (TMA_SWEEP): rows x
          stages x warps x programs per SM beside the default.
 - tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
+- tmadeep: the TMA backward with 5-8 stages around BWD_TMA's plans (TMA_DEEP), beside the
+         heuristic, dx checked against it.
 - ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
 - ctaspkg: the heuristics' cluster configs (FWD_CLUSTERS, BWD_CLUSTERS) against the one-CTA
          configs they replace (needs Triton >= 3.8; CTAS_PKG_*).
@@ -279,7 +281,9 @@ def _bwd_inputs(m, n, dtype=torch.bfloat16):
     return x, w, dy, rstd, ref
 
 
-def _bwd_record(rows, part, m, n, name, cfg, inputs):
+def _bwd_record(rows, part, m, n, name, cfg, inputs, dx0=None):
+    """Time ``cfg``'s backward in graph mode; record its dweight's error against the float64
+    reference and, given ``dx0``, the max abs difference of its dx from it."""
     x, w, dy, rstd, ref = inputs
     r = dict(part=part, M=m, N=n, variant=name, config=repr(cfg))
     try:
@@ -288,7 +292,9 @@ def _bwd_record(rows, part, m, n, name, cfg, inputs):
         def fn():
             return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
 
-        dw = fn()[1]
+        dx, dw = fn()
+        if dx0 is not None:
+            r["dx_diff"] = (dx.float() - dx0.float()).abs().max().item()
         us = graph_us(fn)
         r.update(
             us=us,
@@ -1414,6 +1420,51 @@ def part_tmasweep(rows):
                         name = f"tma rows={tile_rows} st={stages} w={warps} per_sm={per_sm} {dtype}"
                         _bwd_record(rows, "tmasweep", m, n, name, cfg, inputs)
         inputs = None
+
+
+#: Shapes of part tmadeep: where the backward still misses issue 17's 1.05x quack (bench
+#: 2026-12-02c: 16384 x 4096 bf16 / fp16 / fp32 1.046x / 1.04x / 1.009x, 65536 x 1024 0.98x),
+#: and 4096 x 4096 / 8192 x 4096, which share 16384 x 4096's plan.
+TMA_DEEP = [
+    (16384, 4096, torch.bfloat16),
+    (65536, 1024, torch.bfloat16),
+    (16384, 4096, torch.float32),
+    (8192, 4096, torch.bfloat16),
+    (4096, 4096, torch.bfloat16),
+]
+
+
+def _deep_plans(n, itemsize):
+    """(rows, per_sm, stages, warps) around BWD_TMA's plan: the sweeps so far stopped at 4
+    stages, and 16384 x 4096 bf16 went from 127.9 us at 3 to 111.7 at 4 (tmasweep)."""
+    rows, per_sm, stages, warps = config.BWD_TMA[(n, itemsize)]
+    plans = [
+        (rows, per_sm, s, w) for s in (stages, 4, 5, 6, 8) for w in (warps, 8 if warps == 4 else 4)
+    ]
+    if n == 1024:
+        plans = [(r, p, s, 4) for r in (2, 4) for p in (2, 3) for s in (4, 6, 8)]
+    # Each stage holds a (rows, N) tile of x and of dy: keep a program within ~200 KB of shared
+    # memory (the H200 has 227 KB per SM).
+    fits = [p for p in plans if p[2] * 2 * p[0] * n * itemsize <= 200 << 10]
+    return list(dict.fromkeys(fits))
+
+
+def part_tmadeep(rows):
+    """The package's TMA backward with deeper pipelines (more stages) around BWD_TMA's plans,
+    backward alone in graph mode, the heuristic timed first and last (drift); dx against the
+    heuristic's (the same per-row math: expected 0)."""
+    for m, n, dtype in TMA_DEEP:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize, tma=True)
+        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
+        _bwd_record(rows, "tmadeep", m, n, f"heuristic {dtype}", base, inputs, dx0)
+        for plan in _deep_plans(n, dtype.itemsize):
+            cfg = config._tma_backward_config(m, n, 0, plan, None)
+            name = "tma rows={} per_sm={} st={} w={} ".format(*plan) + str(dtype)
+            _bwd_record(rows, "tmadeep", m, n, name, cfg, inputs, dx0)
+        _bwd_record(rows, "tmadeep", m, n, f"heuristic again {dtype}", base, inputs, dx0)
+        inputs = x = w = dy = rstd = dx0 = None
 
 
 def part_ctas(rows):
