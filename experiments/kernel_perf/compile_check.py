@@ -148,6 +148,31 @@ def cluster_variants():
             yield name, kernels.rmsnorm_backward_kernel, args + consts, warps, 1, c
 
 
+def columns_variants():
+    """The column-strip backward (BackwardConfig.dw_columns) at small M: bf16 and float32 rows,
+    with and without a weight, dh, three-part dy, Llama's rounding."""
+    m = 256
+    for dtype, n, block, col_block, col_rows in [
+        (torch.bfloat16, 4096, 4096, 16, 256),
+        (torch.bfloat16, 1024, 1024, 32, 128),
+        (torch.float32, 257, 512, 32, 128),
+    ]:
+        x, w, rstd = t(m, n, dtype=dtype), t(n, dtype=dtype), t(m)
+        for has_w, has_dh, parts, llama, dw64 in itertools.product(
+            (True, False), (True, False), (1, 3), (False, True), (True, False)
+        ):
+            dw_acc = tl.float64 if dw64 else tl.float32
+            args = (x, x, w, rstd, x, x, x, x, x, w, n, n, n, 1, n, n, m, n, 4, 64, 0.0, 0.0)
+            consts = (has_w, has_dh, parts, STORED[dtype], False, llama, tl.float32, dw_acc)
+            consts += (block, 3 if block >= 1024 else 1, col_block, col_rows)
+            name = (
+                f"bwd_columns {dtype} N={n} w={has_w} dh={has_dh} dy_parts={parts} "
+                f"llama={llama} dw64={dw64}"
+            )
+            warps = config._bwd_warps(block)
+            yield name, kernels.rmsnorm_backward_columns_kernel, args + consts, warps, consts[-3]
+
+
 def _backward_variants(dtype, w_dtype, acc, n, m, x, w, rstd):
     """The backward launches of the heuristic's config for (m, n), every flag combination."""
     bwd = config.backward_config(m, n, 0, acc == torch.float64, itemsize=dtype.itemsize)
@@ -259,7 +284,8 @@ def main():
     failures = 0
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'
-    for name, fn, args, warps, *extra in itertools.chain(variants(), cluster_variants()):
+    every = itertools.chain(variants(), cluster_variants(), columns_variants())
+    for name, fn, args, warps, *extra in every:
         if not only.search(name):
             continue
         try:

@@ -50,6 +50,8 @@ Parts:
 - tmasweep: the package's TMA backward at widths BWD_TMA does not take yet (TMA_SWEEP): rows x
          stages x warps x programs per SM beside the default.
 - tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
+- columns: small M, the backward's column-strip finish (BackwardConfig.dw_columns: one launch,
+         no partials) against the heuristic (COLUMNS), graph time and eager host cost.
 - tmadeep: the TMA backward with 5-8 stages around BWD_TMA's plans (TMA_DEEP), beside the
          heuristic, dx checked against it.
 - ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
@@ -1655,6 +1657,54 @@ def part_onelaunch(rows):
                 times[name].append(host_us(fn))
         for name, ts in times.items():
             r = dict(part="onelaunch", M=m, N=n, variant=name, mode="host", rounds=ts)
+            r["us"] = sorted(ts)[1]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        del inputs, x, w, dy, rstd, calls
+
+
+#: Shapes of part columns: small M, where the heuristic's backward takes two launches (the sum
+#: finish) and 128 x 257 / 256 x 4096 fwd+bwd trail compile (bench 2026-12-02c: 0.81x / 0.95x).
+COLUMNS = SMALL
+
+
+def part_columns(rows):
+    """Small M, backward alone: the heuristic's config against the column-strip finish
+    (``BackwardConfig.dw_columns``: one launch, no partials) on the heuristic's row programs,
+    strips of 16-64 columns by tiles of 2048 or 4096 values, in graph mode (dx checked bit for
+    bit against the heuristic's); then the eager host cost per call of the heuristic and of the
+    strip config of 32 columns, interleaved, beside F.rms_norm's fwd+bwd."""
+    for m, n, dtype in COLUMNS:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
+        plain = dataclasses.replace(base, tree=False, dw_float64=base.dw_float64 or base.tree)
+        variants = {"heuristic": base}
+        for cols in (16, 32, 64):
+            for tile in (2048, 4096):
+                dw_rows = min(tile // cols, triton.next_power_of_2(m))
+                cfg = dataclasses.replace(plain, dw_columns=cols, dw_rows=dw_rows)
+                variants[f"columns {cols} x {dw_rows} rows"] = cfg
+        for name, cfg in variants.items():
+            _bwd_record(rows, "columns", m, n, f"{name} {dtype}", cfg, inputs, dx0)
+        _bwd_record(rows, "columns", m, n, f"heuristic again {dtype}", base, inputs, dx0)
+        strip = variants[f"columns 32 x {min(4096 // 32, triton.next_power_of_2(m))} rows"]
+        calls = {
+            name: functools.partial(
+                ops.launch_backward, dy, x, w, rstd, 0.0, None, x.dtype, config=cfg
+            )
+            for name, cfg in (("heuristic", base), ("columns 32", strip))
+        }
+        calls["F.rms_norm fwd+bwd"] = functools.partial(
+            _native_fwd_bwd, x.detach().requires_grad_(), w.detach().requires_grad_(), dy
+        )
+        times = {name: [] for name in calls}
+        for _ in range(3):
+            for name, fn in calls.items():
+                times[name].append(host_us(fn, 1000))
+        for name, ts in times.items():
+            r = dict(part="columns", M=m, N=n, variant=name, mode="host", rounds=ts)
             r["us"] = sorted(ts)[1]
             rows.append(r)
             print(json.dumps(r), flush=True)

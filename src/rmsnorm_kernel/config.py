@@ -265,7 +265,11 @@ class BackwardConfig:
     :class:`ForwardConfig`'s (more than 1 with the sum finish only: the tree's counters are
     scalar atomics, which every CTA of a cluster would run); ``tma``: move x, dy and dx through
     tensor descriptors (Hopper's TMA; rows of exactly ``block`` columns, ``rows_per_program`` a
-    multiple of ``rows``, one CTA; the tensors must be 16-byte aligned, see ``ops``).
+    multiple of ``rows``, one CTA; the tensors must be 16-byte aligned, see ``ops``);
+    ``dw_columns``: more than 0 finishes dweight in the same launch without partials
+    (rmsnorm_backward_columns_kernel): besides the ``groups`` row programs, one program per strip
+    of ``dw_columns`` columns sums it over all M rows, ``dw_rows`` rows per step (one tile per row
+    only; not with the tree, clusters, TMA or several rows per step).
     """
 
     block: int
@@ -280,6 +284,8 @@ class BackwardConfig:
     rows: int = 1
     ctas: int = 1
     tma: bool = False
+    dw_columns: int = 0
+    dw_rows: int = 0
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -320,6 +326,20 @@ class BackwardConfig:
         if self.rows > 1 and not self.one_tile:
             raise ContractValueError(
                 f"BackwardConfig.rows > 1 needs one_tile (got rows={self.rows}, one_tile=False)"
+            )
+        if self.dw_columns:
+            _check_block("BackwardConfig.dw_columns", self.dw_columns)
+            _check_block("BackwardConfig.dw_rows", self.dw_rows)
+            if not self.one_tile or self.tree or self.tma or self.ctas != 1 or self.rows != 1:
+                raise ContractValueError(
+                    "BackwardConfig.dw_columns needs one_tile, the row programs' one row per "
+                    "step, no tree, no TMA and one CTA (got "
+                    f"one_tile={self.one_tile}, rows={self.rows}, tree={self.tree}, "
+                    f"tma={self.tma}, ctas={self.ctas})"
+                )
+        elif self.dw_rows:
+            raise ContractValueError(
+                f"BackwardConfig.dw_rows needs dw_columns > 0 (got dw_rows={self.dw_rows})"
             )
         if self.tma:
             if not self.one_tile or self.block != n or self.ctas != 1:

@@ -58,6 +58,7 @@ BACKWARD_ROWS = CachedKernel(
 BACKWARD_TMA = CachedKernel(
     kernels.rmsnorm_backward_tma_kernel, fresh=("DX2", "DW", "DW_PARTIAL", "COUNTERS")
 )
+BACKWARD_COLUMNS = CachedKernel(kernels.rmsnorm_backward_columns_kernel, fresh=("DX", "DX2", "DW"))
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel, fresh=("PARTIAL", "DW"))
 #: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -384,7 +385,9 @@ def launch_backward(
         device = x2.device
         dw = torch.empty(n, device=device, dtype=weight.dtype)
         # The tree adds partials in its float64 slots; the sum launch widens float32 ones.
-        partial = torch.empty(groups, n, device=device, dtype=torch.float64 if tree else dw_acc)
+        # Column strips (dw_columns) write dweight itself: no partials.
+        if not config.dw_columns:
+            partial = torch.empty(groups, n, device=device, dtype=torch.float64 if tree else dw_acc)
         if tree:
             counters = tree_counters(device, index, tiles * groups)
     if dh2 is not None:
@@ -406,6 +409,18 @@ def launch_backward(
             flags
             + (n // min(n, TMA_CHUNK), min(n, TMA_CHUNK), config.rows, config.stages, tree)
             + (config.fanout,),
+            config.num_warps,
+            1,
+            index,
+        )
+    elif config.dw_columns:
+        strips = -(-n // config.dw_columns) if has_w else 0
+        BACKWARD_COLUMNS.launch(
+            (groups + strips,),
+            (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, dw, sdy, sx, sdh, sw, s_b, s_c, m, n)
+            + (config.rows_per_program, groups),
+            offsets,
+            flags + (config.stages, config.dw_columns, config.dw_rows),
             config.num_warps,
             1,
             index,
@@ -434,7 +449,7 @@ def launch_backward(
             index,
             config.ctas,
         )
-    if has_w and not tree:
+    if has_w and not tree and not config.dw_columns:
         DW_SUM.launch(
             (-(-n // SUM_BLOCK_N),),
             (partial, dw, groups, n),
