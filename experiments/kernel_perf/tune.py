@@ -1622,6 +1622,24 @@ def _native_fwd_bwd(x, w, dy):
     return torch.autograd.grad(F.rms_norm(x, (x.shape[-1],), w, EPS), (x, w), dy)
 
 
+def _host_rounds(rows, part, m, n, calls, x, w, dy, per_round=2000):
+    """Eager host cost per call of each of ``calls`` (name -> fn) and of F.rms_norm's fwd+bwd on
+    the same tensors, 3 interleaved rounds of ``per_round`` calls; the median round recorded."""
+    calls = dict(calls)
+    calls["F.rms_norm fwd+bwd"] = functools.partial(
+        _native_fwd_bwd, x.detach().requires_grad_(), w.detach().requires_grad_(), dy
+    )
+    times = {name: [] for name in calls}
+    for _ in range(3):
+        for name, fn in calls.items():
+            times[name].append(host_us(fn, per_round))
+    for name, ts in times.items():
+        r = dict(part=part, M=m, N=n, variant=name, mode="host", rounds=ts)
+        r["us"] = sorted(ts)[1]
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+
+
 def part_onelaunch(rows):
     """Small M, backward alone: the heuristic's sum finish (a second launch) against the in-launch
     tree at the same grid, one level (fanout = groups) or 16 children per node, in graph mode
@@ -1648,18 +1666,7 @@ def part_onelaunch(rows):
             )
             for name, cfg in variants.items()
         }
-        calls["F.rms_norm fwd+bwd"] = functools.partial(
-            _native_fwd_bwd, x.detach().requires_grad_(), w.detach().requires_grad_(), dy
-        )
-        times = {name: [] for name in calls}
-        for _ in range(3):
-            for name, fn in calls.items():
-                times[name].append(host_us(fn))
-        for name, ts in times.items():
-            r = dict(part="onelaunch", M=m, N=n, variant=name, mode="host", rounds=ts)
-            r["us"] = sorted(ts)[1]
-            rows.append(r)
-            print(json.dumps(r), flush=True)
+        _host_rounds(rows, "onelaunch", m, n, calls, x, w, dy)
         del inputs, x, w, dy, rstd, calls
 
 
@@ -1696,18 +1703,7 @@ def part_columns(rows):
             )
             for name, cfg in (("heuristic", base), ("columns 32", strip))
         }
-        calls["F.rms_norm fwd+bwd"] = functools.partial(
-            _native_fwd_bwd, x.detach().requires_grad_(), w.detach().requires_grad_(), dy
-        )
-        times = {name: [] for name in calls}
-        for _ in range(3):
-            for name, fn in calls.items():
-                times[name].append(host_us(fn, 1000))
-        for name, ts in times.items():
-            r = dict(part="columns", M=m, N=n, variant=name, mode="host", rounds=ts)
-            r["us"] = sorted(ts)[1]
-            rows.append(r)
-            print(json.dumps(r), flush=True)
+        _host_rounds(rows, "columns", m, n, calls, x, w, dy, 1000)
         del inputs, x, w, dy, rstd, calls
 
 

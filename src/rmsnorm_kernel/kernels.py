@@ -386,6 +386,69 @@ def _dw_term(dy, x, rstd, LLAMA: tl.constexpr, X_DTYPE: tl.constexpr, DW_ACC: tl
 
 
 @triton.jit
+def _row_backward(
+    DY,
+    X,
+    W,
+    RSTD,
+    MEAN_UX,
+    DH,
+    DY_B,
+    DY_C,
+    DX,
+    DX2,
+    row,
+    cols,
+    mask,
+    stride_dy,
+    stride_x,
+    stride_dh,
+    stride_w,
+    stride_dy_b,
+    stride_dy_c,
+    N,
+    offset,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    DY_PARTS: tl.constexpr,
+    DY_SUM: tl.constexpr,
+    HAS_DX2: tl.constexpr,
+    ACC: tl.constexpr,
+    ONE_TILE: tl.constexpr,
+):
+    """dx of one row's ``cols`` (the whole row when ``ONE_TILE``, else one column tile after the
+    row's ``mean(u*x)`` in MEAN_UX), stored to DX (and DX2); returns ``(dy, x, rstd)`` in ACC for
+    the row's dweight term. Shared by the row kernels with one row per step."""
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
+    dy = _dy_sum(
+        tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0),
+        DY_B + row * stride_dy_b + cols,
+        DY_C + row * stride_dy_c + cols,
+        mask,
+        DY_PARTS,
+        DY_SUM,
+        ACC,
+    )
+    rstd = tl.load(RSTD + row)
+    if HAS_WEIGHT:
+        # Re-read per row (an L1/L2 hit) instead of pinning BLOCK more registers.
+        u = dy * (tl.load(W + cols * stride_w, mask=mask, other=0.0).to(ACC) + offset)
+    else:
+        u = dy
+    if ONE_TILE:
+        mean_ux = tl.sum(u * x, axis=0) / N
+    else:
+        mean_ux = tl.load(MEAN_UX + row)
+    dx = _dx(u, x, rstd, mean_ux)
+    if HAS_DH:
+        dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
+    tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
+    if HAS_DX2:
+        tl.store(DX2 + row * N + cols, dx.to(DX2.dtype.element_ty), mask=mask)
+    return dy, x, rstd
+
+
+@triton.jit
 def _dweight_finish(
     dw,  # (BLOCK,) this program's partial over its rows, DW_ACC
     DW,
@@ -470,32 +533,36 @@ def rmsnorm_backward_kernel(
     mask = cols < N
     dw = tl.zeros([BLOCK], dtype=DW_ACC)
     for row in tl.range(row_start, row_end, num_stages=STAGES):
-        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
-        dy = _dy_sum(
-            tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0),
-            DY_B + row * stride_dy_b + cols,
-            DY_C + row * stride_dy_c + cols,
+        dy, x, rstd = _row_backward(
+            DY,
+            X,
+            W,
+            RSTD,
+            MEAN_UX,
+            DH,
+            DY_B,
+            DY_C,
+            DX,
+            DX2,
+            row,
+            cols,
             mask,
+            stride_dy,
+            stride_x,
+            stride_dh,
+            stride_w,
+            stride_dy_b,
+            stride_dy_c,
+            N,
+            offset,
+            HAS_WEIGHT,
+            HAS_DH,
             DY_PARTS,
             DY_SUM,
+            HAS_DX2,
             ACC,
+            ONE_TILE,
         )
-        rstd = tl.load(RSTD + row)
-        if HAS_WEIGHT:
-            # Re-read per row (an L1/L2 hit) instead of pinning BLOCK more registers.
-            u = dy * (tl.load(W + cols * stride_w, mask=mask, other=0.0).to(ACC) + offset)
-        else:
-            u = dy
-        if ONE_TILE:
-            mean_ux = tl.sum(u * x, axis=0) / N
-        else:
-            mean_ux = tl.load(MEAN_UX + row)
-        dx = _dx(u, x, rstd, mean_ux)
-        if HAS_DH:
-            dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
-        tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
-        if HAS_DX2:
-            tl.store(DX2 + row * N + cols, dx.to(DX2.dtype.element_ty), mask=mask)
         if HAS_WEIGHT:
             dw += _dw_term(dy, x, rstd, LLAMA, X.dtype.element_ty, DW_ACC)
     if HAS_WEIGHT:
@@ -661,27 +728,36 @@ def rmsnorm_backward_columns_kernel(
         cols = tl.arange(0, BLOCK)
         mask = cols < N
         for row in tl.range(row_start, row_end, num_stages=STAGES):
-            x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(ACC)
-            dy = _dy_sum(
-                tl.load(DY + row * stride_dy + cols, mask=mask, other=0.0),
-                DY_B + row * stride_dy_b + cols,
-                DY_C + row * stride_dy_c + cols,
+            _row_backward(
+                DY,
+                X,
+                W,
+                RSTD,
+                RSTD,  # MEAN_UX: unread (one tile per row)
+                DH,
+                DY_B,
+                DY_C,
+                DX,
+                DX2,
+                row,
+                cols,
                 mask,
+                stride_dy,
+                stride_x,
+                stride_dh,
+                stride_w,
+                stride_dy_b,
+                stride_dy_c,
+                N,
+                offset,
+                HAS_WEIGHT,
+                HAS_DH,
                 DY_PARTS,
                 DY_SUM,
+                HAS_DX2,
                 ACC,
+                True,
             )
-            rstd = tl.load(RSTD + row)
-            if HAS_WEIGHT:
-                u = dy * (tl.load(W + cols * stride_w, mask=mask, other=0.0).to(ACC) + offset)
-            else:
-                u = dy
-            dx = _dx(u, x, rstd, tl.sum(u * x, axis=0) / N)
-            if HAS_DH:
-                dx += tl.load(DH + row * stride_dh + cols, mask=mask, other=0.0).to(ACC)
-            tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
-            if HAS_DX2:
-                tl.store(DX2 + row * N + cols, dx.to(DX2.dtype.element_ty), mask=mask)
     else:
         # Names of their own: Triton types a name alike in both arms of a runtime branch.
         s_cols = (pid - row_programs) * COL_BLOCK + tl.arange(0, COL_BLOCK)
