@@ -52,6 +52,8 @@ Parts:
 - tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
 - columns: small M, the backward's column-strip finish (BackwardConfig.dw_columns: one launch,
          no partials) against the heuristic (COLUMNS), graph time and eager host cost.
+- colrule: backward alone around the column-strip rule (COLUMNS_MAX_ELEMS; COLRULE): the
+         heuristic's choice, the sum finish and the strips, dx checked.
 - tmadeep: the TMA backward with 5-8 stages around BWD_TMA's plans (TMA_DEEP), beside the
          heuristic, dx checked against it.
 - ctas:  thread-block clusters (num_ctas 1-8) x warps for wide forward and backward rows.
@@ -200,7 +202,7 @@ def part_fwd(rows):
 def bwd_time(m, n, changes, per_sm=None):
     """``(ms, dweight relative error)`` of the heuristic's backward config for ``(m, n)`` (with
     ``per_sm`` programs per SM if given) with ``changes`` (BackwardConfig fields) applied."""
-    cfg = dataclasses.replace(backward_config(m, n, 0, False, per_sm), **changes)
+    cfg = dataclasses.replace(_sum_finish(backward_config(m, n, 0, False, per_sm)), **changes)
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
@@ -309,6 +311,12 @@ def _bwd_record(rows, part, m, n, name, cfg, inputs, dx0=None):
     print(json.dumps(r), flush=True)
 
 
+def _sum_finish(cfg):
+    """``cfg`` with the sum finish in place of column strips (COLUMNS_MAX_ELEMS): the parts
+    written before the strips vary the sum finish's grid and the tree at small M."""
+    return dataclasses.replace(cfg, dw_columns=0, dw_rows=0)
+
+
 def _grid(m, n, groups, base):
     rpp = triton.cdiv(m, groups)
     return dataclasses.replace(base, groups=triton.cdiv(m, rpp), rows_per_program=rpp)
@@ -356,7 +364,7 @@ def part_small(rows):
     for m, n, dtype in SMALL:
         _peers_graph(rows, "small", m, n, dtype)
         inputs = _bwd_inputs(m, n, dtype)
-        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        base = _sum_finish(backward_config(m, n, 0, itemsize=dtype.itemsize))
         _bwd_record(rows, "small", m, n, "default", base, inputs)
         for groups in (32, 64, 128, 264, 512):
             if groups > m:
@@ -383,7 +391,7 @@ TREE_LARGE = [
 def part_tree(rows):
     for m, n, dtype in TREE_LARGE:
         inputs = _bwd_inputs(m, n, dtype)
-        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        base = _sum_finish(backward_config(m, n, 0, itemsize=dtype.itemsize))
         _bwd_record(rows, "tree", m, n, "default", base, inputs)
         for fanout in (4, 8, 16):
             cfg = dataclasses.replace(base, tree=True, fanout=fanout)
@@ -1563,7 +1571,7 @@ def part_acc(rows):
     def ours(changes):
         def dweight(x, w, dy):
             m, n = x.shape
-            cfg = dataclasses.replace(backward_config(m, n, 0), **changes)
+            cfg = dataclasses.replace(_sum_finish(backward_config(m, n, 0)), **changes)
             _, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, x.dtype)
             return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)[1]
 
@@ -1648,7 +1656,7 @@ def part_onelaunch(rows):
     for m, n, dtype in ONELAUNCH:
         inputs = _bwd_inputs(m, n, dtype)
         x, w, dy, rstd, _ = inputs
-        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        base = _sum_finish(backward_config(m, n, 0, itemsize=dtype.itemsize))
         variants = {"default": base}
         if not base.tree:
             if base.groups <= 128:
@@ -1684,7 +1692,9 @@ def part_columns(rows):
     for m, n, dtype in COLUMNS:
         inputs = _bwd_inputs(m, n, dtype)
         x, w, dy, rstd, _ = inputs
-        base = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        chosen = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        # The sum finish (since COLUMNS_MAX_ELEMS the heuristic itself may take strips).
+        base = dataclasses.replace(chosen, dw_columns=0, dw_rows=0)
         dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
         plain = dataclasses.replace(base, tree=False, dw_float64=base.dw_float64 or base.tree)
         variants = {"heuristic": base}
@@ -1705,6 +1715,43 @@ def part_columns(rows):
         }
         _host_rounds(rows, "columns", m, n, calls, x, w, dy, 1000)
         del inputs, x, w, dy, rstd, calls
+
+
+#: Shapes of part colrule: around COLUMNS_MAX_ELEMS (2^20 elements) and SMALL_M, the dtypes and
+#: widths part columns left out.
+COLRULE = [
+    (512, 2048, torch.bfloat16),
+    (512, 4096, torch.bfloat16),
+    (256, 4096, torch.float16),
+    (256, 4096, torch.float32),
+    (2048, 512, torch.bfloat16),
+    (1024, 2048, torch.bfloat16),
+    (2048, 1024, torch.bfloat16),
+    (64, 4096, torch.bfloat16),
+    (2048, 256, torch.float32),
+]
+
+
+def part_colrule(rows):
+    """Backward alone, graph mode, around the column-strip rule: the heuristic's choice, the sum
+    finish and the strips (COLUMNS_STRIP x COLUMNS_TILE), dx checked against the sum finish's."""
+    for m, n, dtype in COLRULE:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        chosen = backward_config(m, n, 0, itemsize=dtype.itemsize)
+        base = dataclasses.replace(chosen, dw_columns=0, dw_rows=0)
+        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
+        dw_rows = min(config.COLUMNS_TILE // config.COLUMNS_STRIP, triton.next_power_of_2(m))
+        strips = dataclasses.replace(
+            base,
+            tree=False,
+            dw_float64=base.dw_float64 or base.tree,
+            dw_columns=config.COLUMNS_STRIP,
+            dw_rows=dw_rows,
+        )
+        for name, cfg in (("heuristic", chosen), ("sum finish", base), ("strips", strips)):
+            _bwd_record(rows, "colrule", m, n, f"{name} {dtype}", cfg, inputs, dx0)
+        del inputs, x, w, dy, rstd
 
 
 #: Part fwd32k: the packed pass at 32768 bf16 columns (the heuristic: 16 warps, masked) against

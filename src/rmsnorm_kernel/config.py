@@ -151,6 +151,20 @@ SMALL_GROUPS = 128
 SMALL_ROWS_PER_PROGRAM = 4
 SMALL_STAGES = 3
 SMALL_PIPELINE_MIN_BLOCK = 1024
+#: Small M up to COLUMNS_MAX_ELEMS elements (on a GPU, not float64 math) finishes dweight in the
+#: backward launch itself by column strips (rmsnorm_backward_columns_kernel): one launch instead
+#: of two, no partials. Strips of COLUMNS_STRIP columns by tiles of COLUMNS_TILE values (rows per
+#: step: COLUMNS_TILE // COLUMNS_STRIP, at most the rows' next power of two). Graph replay,
+#: backward alone, H200, Triton 3.6 (tune.py part columns, 2026-12-02, twenty-first session;
+#: experiments/kernel_perf/results/h200_2026-12-02f), strips of 16 x 256 rows against the sum
+#: finish: 128 x 257 fp32 3.14 us (16 x 128 rows) vs 4.93; 256 x 1024 bf16 2.79 vs 5.63;
+#: 256 x 4096 6.03 vs 8.16; 1024 x 1024 6.23 vs 8.65; host cost per backward call 34.5 us vs
+#: 52.2 (128 x 257). Not above 2^20 elements: 1024 x 4096 13.57 vs 13.38, 2048 x 4096 34.5 vs
+#: 22.3 (each strip walks all M rows: the launch's tail grows with M). Strips of 32 and 64
+#: columns measured no better (32 x 128 rows: 3.11 / 3.43 / 6.02 / 10.21 us; 64: 4.2-26.5).
+COLUMNS_MAX_ELEMS = 1 << 20
+COLUMNS_STRIP = 16
+COLUMNS_TILE = 4096
 
 #: Tensor-descriptor (TMA) backward (rmsnorm_backward_tma_kernel, Hopper and newer): (rows per
 #: step, programs per SM, stages, warps), keyed like BWD_PIPELINE, from TMA_MIN_M rows. Graph
@@ -634,8 +648,22 @@ def backward_config(
         warps = BWD_ROWS_WARPS
     elif one_tile and not float64 and rows_per_program >= BWD_PIPELINE_MIN_ROWS:
         stages = BWD_PIPELINE.get((block, itemsize), BWD_STAGES)
+    dw_columns = dw_rows = 0
+    if small and device_index is not None and not float64 and m * n <= COLUMNS_MAX_ELEMS:
+        dw_columns = COLUMNS_STRIP
+        dw_rows = min(COLUMNS_TILE // COLUMNS_STRIP, triton.next_power_of_2(max(m, 1)))
     return BackwardConfig(
-        block, one_tile, groups, rows_per_program, warps, tree, dw_float64, stages, rows=rows
+        block,
+        one_tile,
+        groups,
+        rows_per_program,
+        warps,
+        tree,
+        dw_float64,
+        stages,
+        rows=rows,
+        dw_columns=dw_columns,
+        dw_rows=dw_rows,
     )
 
 

@@ -143,3 +143,30 @@ def test_columns_config_refused_by_name(fields, rule, device):
     cfg = dataclasses.replace(_config(x), **fields)
     with pytest.raises(ContractValueError, match=rule):
         _backward(x, torch.randn(40, device=device), torch.randn_like(x), cfg)
+
+
+@pytest.mark.parametrize(
+    "m,n,itemsize", [(128, 257, 4), (256, 1024, 2), (256, 4096, 2), (1024, 1024, 2), (1, 8, 2)]
+)
+def test_heuristic_takes_strips_at_small_m_on_a_gpu(m, n, itemsize):
+    """COLUMNS_MAX_ELEMS: a GPU's small-M backward finishes dweight by strips, in one launch."""
+    cfg = config.backward_config(m, n, 0, itemsize=itemsize)  # small M: no SM count asked
+    assert (cfg.dw_columns, cfg.dw_rows) == (
+        config.COLUMNS_STRIP,
+        min(config.COLUMNS_TILE // config.COLUMNS_STRIP, 1 << (m - 1).bit_length()),
+    )
+    cfg.check(m, n)
+
+
+@pytest.mark.parametrize(
+    "m,n,device_index,float64",
+    [
+        (1024, 4096, 0, False),  # over COLUMNS_MAX_ELEMS: the sum finish measured faster
+        (2048, 1024, 0, False),
+        (128, 257, None, False),  # the interpreter keeps the partials its tests cover
+        (128, 257, 0, True),  # float64 math: not measured
+    ],
+)
+def test_heuristic_keeps_the_sum_finish_elsewhere(m, n, device_index, float64):
+    cfg = config.backward_config(m, n, device_index, float64)
+    assert cfg.dw_columns == 0 and cfg.dw_rows == 0

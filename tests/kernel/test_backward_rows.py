@@ -24,6 +24,8 @@ def _config(m, n, x, rows, tree, rows_per_program=5):
         rows_per_program=rows_per_program,
         tree=tree,
         rows=rows,
+        dw_columns=0,  # not the small-M column strips a GPU's heuristic may take
+        dw_rows=0,
     )
 
 

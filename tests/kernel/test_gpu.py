@@ -138,8 +138,10 @@ def test_cached_launches_run_and_stay_correct():
     from rmsnorm_kernel import ops
 
     kernels = (ops.FORWARD, ops.FORWARD_ROWS, ops.BACKWARD, ops.BACKWARD_ROWS)
+    kernels += (ops.BACKWARD_COLUMNS,)
     before = [dict(k.launches) for k in kernels]
-    for m, n in ((64, 257), (64, 4096), (4096, 256)):  # 4096 x 256: the several-rows backward
+    # 64 rows: the column strips; 3000 x 2048: the one-row backward; 4096 x 256: several rows.
+    for m, n in ((64, 257), (64, 4096), (3000, 2048), (4096, 256)):
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         for _ in range(3):
             check_against_oracle(
@@ -175,7 +177,8 @@ def test_a_new_row_count_of_the_same_class_takes_the_cached_handle():
 )
 def test_dweight_tree_bitwise_repeatable_and_bounded(m, n):
     """Both dweight finishes (the in-launch tree up to config.TREE_ALWAYS_N columns: 4097 x 257,
-    100000 x 128 here; the sum launch for the rest, small M included): same
+    100000 x 128 here; the column strips at small M, 1 x 4096 and 7 x 1000; the sum launch for
+    the rest): same
     bits on every run, and within the error bound of the exact sum (a lost or doubled partial, or
     a race, breaks one or the other).
 
