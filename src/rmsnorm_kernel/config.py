@@ -159,10 +159,14 @@ SMALL_PIPELINE_MIN_BLOCK = 1024
 #: experiments/kernel_perf/results/h200_2026-12-02f), strips of 16 x 256 rows against the sum
 #: finish: 128 x 257 fp32 3.14 us (16 x 128 rows) vs 4.93; 256 x 1024 bf16 2.79 vs 5.63;
 #: 256 x 4096 6.03 vs 8.16; 1024 x 1024 6.23 vs 8.65; host cost per backward call 34.5 us vs
-#: 52.2 (128 x 257). Not above 2^20 elements: 1024 x 4096 13.57 vs 13.38, 2048 x 4096 34.5 vs
-#: 22.3 (each strip walks all M rows: the launch's tail grows with M). Strips of 32 and 64
-#: columns measured no better (32 x 128 rows: 3.11 / 3.43 / 6.02 / 10.21 us; 64: 4.2-26.5).
-COLUMNS_MAX_ELEMS = 1 << 20
+#: 52.2 (128 x 257). Part colrule (h200_2026-12-02g), up to 2^21 elements: 512 x 4096 7.77 vs
+#: 9.99, 1024 x 2048 7.26 vs 10.10, 2048 x 1024 10.94 vs 11.63, 512 x 2048 4.56 vs 7.97, 64 x
+#: 4096 4.75 vs 7.25, 256 x 4096 fp16 5.93 vs 8.27 and fp32 6.78 vs 11.00, 2048 x 256 fp32
+#: 10.47 vs 13.39; the one loss taken: 2048 x 512 bf16 10.19 vs 9.96. Not above 2^21: 1024 x 4096
+#: 13.57 vs 13.38, 2048 x 4096 34.5 vs 22.3 (each strip walks all M rows: the launch's tail
+#: grows with M). Strips of 32 and 64 columns measured no better (32 x 128 rows: 3.11 / 3.43 /
+#: 6.02 / 10.21 us; 64: 4.2-26.5).
+COLUMNS_MAX_ELEMS = 1 << 21
 COLUMNS_STRIP = 16
 COLUMNS_TILE = 4096
 

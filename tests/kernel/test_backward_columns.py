@@ -146,7 +146,8 @@ def test_columns_config_refused_by_name(fields, rule, device):
 
 
 @pytest.mark.parametrize(
-    "m,n,itemsize", [(128, 257, 4), (256, 1024, 2), (256, 4096, 2), (1024, 1024, 2), (1, 8, 2)]
+    "m,n,itemsize",
+    [(128, 257, 4), (256, 1024, 2), (256, 4096, 2), (1024, 1024, 2), (512, 4096, 2), (1, 8, 2)],
 )
 def test_heuristic_takes_strips_at_small_m_on_a_gpu(m, n, itemsize):
     """COLUMNS_MAX_ELEMS: a GPU's small-M backward finishes dweight by strips, in one launch."""
@@ -162,7 +163,7 @@ def test_heuristic_takes_strips_at_small_m_on_a_gpu(m, n, itemsize):
     "m,n,device_index,float64",
     [
         (1024, 4096, 0, False),  # over COLUMNS_MAX_ELEMS: the sum finish measured faster
-        (2048, 1024, 0, False),
+        (2048, 2048, 0, False),
         (128, 257, None, False),  # the interpreter keeps the partials its tests cover
         (128, 257, 0, True),  # float64 math: not measured
     ],

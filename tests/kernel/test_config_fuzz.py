@@ -20,7 +20,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import assert_close, oracle, oracle_y, x_away_from_zero
+from kernel_helpers import (
+    assert_close,
+    assert_dweight_within_sum_bound,
+    oracle,
+    oracle_y,
+    x_away_from_zero,
+)
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import config, ops
@@ -145,6 +151,11 @@ def test_every_backward_config_matches_the_oracle(case):
     elif llama:  # dweight sums dy times x * r rounded to x's dtype (r: the forward's float32)
         normed = (x.float() * rstd[:, None]).to(dtype).double()
         assert_close(dw, (dy.double() * normed).sum(0), dtype, f"dweight (llama) with {cfg}")
+    elif dtype == torch.float32 and not cfg.dw_float64:
+        # Rows summed in float32: an entry that cancels (0.0059 from terms of ~1 over 271 rows,
+        # found on the H200) is off by more than an elementwise 1e-5, as any float32 order
+        # would be; the classical bound of a float32 sum holds (kernel_helpers).
+        assert_dweight_within_sum_bound(dw, x, dy)
     else:
         assert_close(dw, dw_ref, dtype, f"dweight with {cfg}")
 

@@ -135,7 +135,7 @@ def test_pipelined_tma_refuses_tiles_under_128_bytes(monkeypatch):
     _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
     launched = []
     with monkeypatch.context() as patched:
-        patched.setattr(ops.BACKWARD_TMA, "launch", lambda *a, **k: launched.append(a))
+        patched.setitem(vars(ops.BACKWARD_TMA), "launch", lambda *a, **k: launched.append(a))
         with pytest.raises(ContractValueError, match=r"stages > 1 needs tiles of at least 128"):
             cfg = _tma_config(m, n, 2, 1, stages=3)
             ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
@@ -155,7 +155,7 @@ def test_tma_refuses_misaligned_rows_before_any_output(monkeypatch):
     x = _misaligned(x)
     _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
     launched = []
-    monkeypatch.setattr(ops.BACKWARD_TMA, "launch", lambda *a, **k: launched.append(a))
+    monkeypatch.setitem(vars(ops.BACKWARD_TMA), "launch", lambda *a, **k: launched.append(a))
     with pytest.raises(ContractValueError, match=r"16-byte aligned data and row strides"):
         ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=_tma_config(m, n, 2, 2))
     assert not launched
