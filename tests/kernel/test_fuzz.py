@@ -21,7 +21,7 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kernel_helpers import assert_close, loosest, oracle, x_away_from_zero
 
@@ -37,9 +37,12 @@ if PROFILE == "gpu" and rk.BACKEND != "cuda":
 _COMMON = dict(
     deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
+#: The gpu profile does not shrink (test_config_fuzz.PHASES: each new shape class compiles), so a
+#: failure cannot hold the GPU suite for minutes; the failing example is reported whole.
+_GPU = dict(_COMMON, phases=tuple(p for p in Phase if p != Phase.shrink))
 VALID = {  # per (dtype, weight kind): 24 tests
     "ci": settings(max_examples=17, derandomize=True, **_COMMON),
-    "gpu": settings(max_examples=84, **_COMMON),
+    "gpu": settings(max_examples=84, **_GPU),
 }[PROFILE]
 INVALID = {  # per (dtype, weight kind): 24 tests
     "ci": settings(max_examples=17, derandomize=True, **_COMMON),
