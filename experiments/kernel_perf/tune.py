@@ -1692,21 +1692,19 @@ def part_columns(rows):
     for m, n, dtype in COLUMNS:
         inputs = _bwd_inputs(m, n, dtype)
         x, w, dy, rstd, _ = inputs
-        chosen = backward_config(m, n, 0, itemsize=dtype.itemsize)
-        # The sum finish (since COLUMNS_MAX_ELEMS the heuristic itself may take strips).
-        base = dataclasses.replace(chosen, dw_columns=0, dw_rows=0)
+        base = _sum_finish(backward_config(m, n, 0, itemsize=dtype.itemsize))
         dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
         plain = dataclasses.replace(base, tree=False, dw_float64=base.dw_float64 or base.tree)
         variants = {"heuristic": base}
         for cols in (16, 32, 64):
             for tile in (2048, 4096):
-                dw_rows = min(tile // cols, triton.next_power_of_2(m))
+                dw_rows = config.columns_rows(m, cols, tile)
                 cfg = dataclasses.replace(plain, dw_columns=cols, dw_rows=dw_rows)
                 variants[f"columns {cols} x {dw_rows} rows"] = cfg
         for name, cfg in variants.items():
             _bwd_record(rows, "columns", m, n, f"{name} {dtype}", cfg, inputs, dx0)
         _bwd_record(rows, "columns", m, n, f"heuristic again {dtype}", base, inputs, dx0)
-        strip = variants[f"columns 32 x {min(4096 // 32, triton.next_power_of_2(m))} rows"]
+        strip = variants[f"columns 32 x {config.columns_rows(m, 32, 4096)} rows"]
         calls = {
             name: functools.partial(
                 ops.launch_backward, dy, x, w, rstd, 0.0, None, x.dtype, config=cfg
@@ -1739,15 +1737,14 @@ def part_colrule(rows):
         inputs = _bwd_inputs(m, n, dtype)
         x, w, dy, rstd, _ = inputs
         chosen = backward_config(m, n, 0, itemsize=dtype.itemsize)
-        base = dataclasses.replace(chosen, dw_columns=0, dw_rows=0)
+        base = _sum_finish(chosen)
         dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
-        dw_rows = min(config.COLUMNS_TILE // config.COLUMNS_STRIP, triton.next_power_of_2(m))
         strips = dataclasses.replace(
             base,
             tree=False,
             dw_float64=base.dw_float64 or base.tree,
             dw_columns=config.COLUMNS_STRIP,
-            dw_rows=dw_rows,
+            dw_rows=config.columns_rows(m),
         )
         for name, cfg in (("heuristic", chosen), ("sum finish", base), ("strips", strips)):
             _bwd_record(rows, "colrule", m, n, f"{name} {dtype}", cfg, inputs, dx0)

@@ -170,6 +170,13 @@ COLUMNS_MAX_ELEMS = 1 << 21
 COLUMNS_STRIP = 16
 COLUMNS_TILE = 4096
 
+
+def columns_rows(m: int, strip: int = COLUMNS_STRIP, tile: int = COLUMNS_TILE) -> int:
+    """Rows per step of a dweight strip ``strip`` columns wide over ``m`` rows: ``tile`` values
+    per step, at most the rows' next power of two."""
+    return min(tile // strip, triton.next_power_of_2(max(m, 1)))
+
+
 #: Tensor-descriptor (TMA) backward (rmsnorm_backward_tma_kernel, Hopper and newer): (rows per
 #: step, programs per SM, stages, warps), keyed like BWD_PIPELINE, from TMA_MIN_M rows. Graph
 #: replay, backward alone, on the H200 (tune.py parts tmabwd and tmapkg, 2026-11-30, seventh
@@ -654,8 +661,7 @@ def backward_config(
         stages = BWD_PIPELINE.get((block, itemsize), BWD_STAGES)
     dw_columns = dw_rows = 0
     if small and device_index is not None and not float64 and m * n <= COLUMNS_MAX_ELEMS:
-        dw_columns = COLUMNS_STRIP
-        dw_rows = min(COLUMNS_TILE // COLUMNS_STRIP, triton.next_power_of_2(max(m, 1)))
+        dw_columns, dw_rows = COLUMNS_STRIP, columns_rows(m)
     return BackwardConfig(
         block,
         one_tile,
