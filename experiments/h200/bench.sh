@@ -5,7 +5,8 @@
 # cutlass wheels in .wq2/ (carry .wq2 alone: with .whl as well the call is over 64 MiB).
 #   bash experiments/h200/bench.sh "$OUT" [BENCH_S LLAMA_S]
 # AFTER=probes runs the shared eager probes at both widths (Liger beside us) after the benchmark
-# instead of the Llama experiment sweep (AFTER=llama, the default); AFTER=none: the bench only. T39=1 runs everything under
+# instead of the Llama experiment sweep (AFTER=llama, the default), and with COMPILED=1 the compiled
+# probes too (3 rounds each); AFTER=none: the bench only. T39=1 runs everything under
 # the carried Triton 3.9 (thread-block clusters), staged by stage.sh in /root/t39a and /root/t39b.
 set -u
 out=${1:?usage: bench.sh OUTDIR}
@@ -49,6 +50,14 @@ if [ "${AFTER:-llama}" = probes ]; then
       > "$out/eager_$1.log" 2>&1
     echo "eager_$1 rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
     tail -8 "$out/eager_$1.log"
+  done
+  [ "${COMPILED:-0}" = 1 ] && for w in "4096 4 2 4096" "2048 8 8 2048"; do
+    set -- $w
+    t0=$SECONDS
+    timeout 150 python3 experiments/llama/probes/llama_compile_step.py $1 $2 $3 $4 3 \
+      > "$out/compile_$1.log" 2>&1
+    echo "compile_$1 rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+    tail -7 "$out/compile_$1.log"
   done
   exit 0
 fi
