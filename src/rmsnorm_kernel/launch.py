@@ -15,7 +15,8 @@ descriptor's dtype, box and padding (its shape and strides are encoded at every 
 compiled launcher itself). On the hot path an integer's class comes from a table of the values
 seen so far, read at C speed (``map`` over ``dict.__getitem__``), instead of a Python call per
 integer; classes, not values, so that a new row count of the same class (variable-length
-batches) still takes the cached handle.
+batches) still takes the cached handle. The tensors' addresses, read once for their alignment,
+are what the cached launch hands the compiled launcher (see :class:`_Layout`).
 
 Triton's interpreter (the CPU backend) has no compiled handle: there every launch takes
 ``kernel[grid](...)``, as does any launch while a Triton launch hook (a profiler) is installed.
@@ -23,8 +24,8 @@ Triton's interpreter (the CPU backend) has no compiled handle: there every launc
 
 from __future__ import annotations
 
-import inspect
 import operator
+from functools import reduce
 
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
@@ -37,6 +38,8 @@ except ImportError:  # pragma: no cover - outside the supported range
     _knobs = None
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_DATA_PTR = torch.Tensor.data_ptr
+_DTYPE = operator.attrgetter("dtype")
 
 #: Handles kept per kernel before the table is emptied and refilled (a safety bound: keys hold
 #: classes, so a table grows only with configs and dtypes).
@@ -83,19 +86,26 @@ def _gather(positions: tuple[int, ...]):
 
 
 class _Layout:
-    """Which specialised positions of one kernel's ``args`` hold tensors, ints and anything else
-    (tensor descriptors), learned from a first launch; every launcher passes the same kinds at
-    the same positions, which :meth:`check` confirms on each compile."""
+    """Which positions of one kernel's ``args`` hold tensors, ints and anything else (tensor
+    descriptors), learned from a first launch; every launcher passes the same kinds at the same
+    positions, which :meth:`check` confirms on each compile.
 
-    def __init__(self, args: tuple, keyed: tuple[int, ...]) -> None:
-        self.kinds = tuple(_kind(args[i]) for i in keyed)
-        pick = lambda kind: tuple(i for i, k in zip(keyed, self.kinds, strict=True) if k == kind)
+    ``direct``: the args are tensors, then ints, and nothing else (every kernel here but the
+    descriptor one). Their cached launches hand Triton's launcher the tensors' addresses as ints,
+    which it takes as they are; a tensor costs it a ``data_ptr()`` call and a
+    ``cuPointerGetAttribute`` (on the H200 host, 12 pointers: 7.2 against 10.2 us per launch,
+    ``experiments/kernel_perf/launch_cost.py``).
+    """
+
+    def __init__(self, args: tuple) -> None:
+        self.kinds = tuple(_kind(a) for a in args)
+        pick = lambda kind: tuple(i for i, k in enumerate(self.kinds) if k == kind)
         self.tensors, self.ints = _gather(pick("tensor")), _gather(pick("int"))
         self.others = pick("other")
-        self.keyed = keyed
+        self.direct = not self.others and pick("tensor") + pick("int") == tuple(range(len(args)))
 
     def check(self, args: tuple) -> None:
-        kinds = tuple(_kind(args[i]) for i in self.keyed)
+        kinds = tuple(_kind(a) for a in args)
         if kinds != self.kinds:
             raise TypeError(
                 f"a launcher passed other kinds of arguments than before (got {kinds}, "
@@ -134,26 +144,12 @@ class CachedKernel:
 
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
-    tuple in signature order). ``fresh`` names the parameters that the launchers always fill with
-    outputs they allocate themselves (or placeholders of the same dtype): fresh allocations are
-    aligned, so only their dtype enters the key, which saves the alignment check on the hot path.
-    This list is declared once, here, from the kernel's own parameter names, so it cannot drift
-    from the arguments. ``launches`` counts ``compiled`` (through ``JITFunction.run``) and
-    ``cached`` launches, so that GPU tests can check that the cached path really runs.
+    tuple in signature order). ``launches`` counts ``compiled`` (through ``JITFunction.run``)
+    and ``cached`` launches, so that GPU tests can check that the cached path really runs.
     """
 
-    def __init__(self, fn, fresh: tuple[str, ...] = ()) -> None:
+    def __init__(self, fn) -> None:
         self.fn = fn
-        params = list(inspect.signature(fn.fn).parameters.values())
-        names = [p.name for p in params]
-        unknown = [name for name in fresh if name not in names]
-        if unknown:
-            raise ValueError(f"fresh names no parameter of {fn.__name__}: {unknown}")
-        fresh_idx = {names.index(name) for name in fresh}
-        # kernels.py uses postponed annotations: a constexpr is annotated "tl.constexpr".
-        constexpr = {i for i, p in enumerate(params) if "constexpr" in str(p.annotation)}
-        self._keyed = tuple(i for i in range(len(params)) if i not in fresh_idx | constexpr)
-        self._fresh = _gather(tuple(sorted(fresh_idx)))
         self._layouts: dict[int, _Layout] = {}  # per len(args): the floats come after them
         self.handles: dict[tuple, tuple] = {}
         self.launches = {"compiled": 0, "cached": 0}
@@ -168,21 +164,30 @@ class CachedKernel:
         num_ctas: int = 1,
     ) -> tuple:
         """The handle key of a launch (see the module docstring)."""
+        return self._key(args, consts, num_warps, num_stages, device_index, num_ctas)[0]
+
+    def _key(self, args, consts, num_warps, num_stages, device_index, num_ctas):
+        """``(key, the tensors' addresses, the ints, layout)``. Alignment: one OR of every
+        address (outputs included: finer than Triton's key, never coarser) says whether all are
+        16-byte aligned, the common case; otherwise each tensor's own alignment is keyed."""
         layout = self._layouts.get(len(args))
         if layout is None:
-            keyed = tuple(i for i in self._keyed if i < len(args))
-            layout = self._layouts[len(args)] = _Layout(args, keyed)
-        return (
+            layout = self._layouts[len(args)] = _Layout(args)
+        tensors, ints = layout.tensors(args), layout.ints(args)
+        ptrs = tuple(map(_DATA_PTR, tensors))
+        aligned = True if not reduce(operator.or_, ptrs, 0) & 15 else tuple(p % 16 == 0 for p in ptrs)
+        key = (
             device_index,
             consts,
             num_warps,
             num_stages,
             num_ctas,
-            _int_classes(layout.ints(args)),
-            *[(t.dtype, t.data_ptr() % 16 == 0) for t in layout.tensors(args)],
+            _int_classes(ints),
+            tuple(map(_DTYPE, tensors)),
+            aligned,
             *[_spec(args[i]) for i in layout.others],
-            *[t.dtype for t in self._fresh(args)],
         )
+        return key, ptrs, ints, layout
 
     def launch(
         self,
@@ -205,10 +210,12 @@ class CachedKernel:
                 num_ctas=num_ctas,
             )
             return
-        key = self.key(args, consts, num_warps, num_stages, device_index, num_ctas)
+        key, ptrs, ints, layout = self._key(
+            args, consts, num_warps, num_stages, device_index, num_ctas
+        )
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
-            self._layouts[len(args)].check(args)
+            layout.check(args)
             if len(self.handles) >= MAX_HANDLES:
                 self.handles.clear()
             with torch.cuda.device(device_index):
@@ -229,10 +236,12 @@ class CachedKernel:
         grid_1 = grid[1] if len(grid) > 1 else 1
         stream = torch._C._cuda_getCurrentRawStream(device_index)
         params = (grid[0], grid_1, 1, stream, function, packed, None, None, None)
+        if layout.direct:
+            args = (*ptrs, *ints)
         if torch._C._cuda_getDevice() != device_index:
             # Tensors on another GPU than the current one (a model split over GPUs in one
-            # process, e.g. Hugging Face's device_map="auto"): the launcher checks each pointer
-            # in the current CUDA context and launches there, so that context must be theirs.
+            # process, e.g. Hugging Face's device_map="auto"): the launcher launches in the
+            # current CUDA context (and checks pointers given as tensors there): theirs.
             with torch.cuda.device(device_index):
                 run(*params, *args, *floats, *consts)
         else:

@@ -44,23 +44,15 @@ COPIES = {"x": 0, "residual": 0, "dy": 0, "weight": 0}
 #: (the kernels' column offsets are int32); a wider spread is copied once (``COPIES["weight"]``).
 _INT32_MAX = 2**31 - 1
 
-# ``fresh``: the outputs each launcher allocates itself (aligned, so only their dtype is keyed).
-FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel, fresh=("Y", "H", "RSTD"))
-FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel, fresh=("Y", "H", "RSTD"))
-ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel, fresh=("MEAN_UX",))
-BACKWARD = CachedKernel(
-    kernels.rmsnorm_backward_kernel,
-    fresh=("MEAN_UX", "DX", "DX2", "DW", "DW_PARTIAL", "COUNTERS"),
-)
-BACKWARD_ROWS = CachedKernel(
-    kernels.rmsnorm_backward_rows_kernel, fresh=("DX", "DX2", "DW", "DW_PARTIAL", "COUNTERS")
-)
-BACKWARD_TMA = CachedKernel(
-    kernels.rmsnorm_backward_tma_kernel, fresh=("DX2", "DW", "DW_PARTIAL", "COUNTERS")
-)
-BACKWARD_COLUMNS = CachedKernel(kernels.rmsnorm_backward_columns_kernel, fresh=("DX", "DX2", "DW"))
-DW_SUM = CachedKernel(kernels.dweight_sum_kernel, fresh=("PARTIAL", "DW"))
-#: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
+FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
+FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
+ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel)
+BACKWARD = CachedKernel(kernels.rmsnorm_backward_kernel)
+BACKWARD_ROWS = CachedKernel(kernels.rmsnorm_backward_rows_kernel)
+BACKWARD_TMA = CachedKernel(kernels.rmsnorm_backward_tma_kernel)
+BACKWARD_COLUMNS = CachedKernel(kernels.rmsnorm_backward_columns_kernel)
+DW_SUM = CachedKernel(kernels.dweight_sum_kernel)
+
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 

@@ -197,3 +197,28 @@ def test_the_handle_table_is_bounded(fake_cuda, monkeypatch):
         assert len(kernel.handles) <= 3
     kernel.launch((2,), (_BASE, _BASE, 4, 64), (), (32, 128), 32, 1, 0)  # still there: a hit
     assert events[-1][0] == "run"
+
+
+def test_a_cached_launch_passes_addresses_where_the_args_are_tensors_then_ints(fake_cuda):
+    """Triton's launcher takes an int pointer as it is (a tensor costs it a ``data_ptr()`` call
+    and a ``cuPointerGetAttribute``): the cached path hands it the addresses it keyed on."""
+    events = []
+    kernel = fake_cuda.CachedKernel(_FakeJit(events))
+    a, b = torch.zeros(64), torch.zeros(32)
+    for _ in range(2):
+        kernel.launch((2,), (a, b, 4, 64), (), (32, 128), 4, 1, 0)
+    assert [e[0] for e in events] == ["compile", "run"]
+    assert events[0][1][:2] == (a, b)  # the compile sees the tensors themselves
+    assert events[1][1] == (a.data_ptr(), b.data_ptr(), 4, 64, 32, 128)
+
+
+def test_a_layout_with_a_descriptor_keeps_its_args():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from rmsnorm_kernel.launch import _Layout
+
+    t = torch.zeros(8, 64)
+    desc = TensorDescriptor(t, [8, 64], [64, 1], [2, 64])
+    assert _Layout((t, t, 4, 64)).direct
+    assert not _Layout((desc, t, 4, 64)).direct
+    assert not _Layout((t, 4, t, 64)).direct  # an int before a tensor: positions would move
