@@ -87,8 +87,14 @@ def main() -> None:
     base = result["aten add_"]
     for name, us in result.items():
         print(f"{name:20s} {us:7.2f} us/launch  {us / base:5.2f}x aten add_", flush=True)
-    out = {"triton": triton.__version__, "torch": torch.__version__, "rounds": ROUNDS,
-           "calls": CALLS, "us_per_launch": result, "samples": times}
+    out = {
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "rounds": ROUNDS,
+        "calls": CALLS,
+        "us_per_launch": result,
+        "samples": times,
+    }
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as fh:
             json.dump(out, fh, indent=1)

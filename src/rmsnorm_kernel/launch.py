@@ -175,7 +175,7 @@ class CachedKernel:
             layout = self._layouts[len(args)] = _Layout(args)
         tensors, ints = layout.tensors(args), layout.ints(args)
         ptrs = tuple(map(_DATA_PTR, tensors))
-        aligned = True if not reduce(operator.or_, ptrs, 0) & 15 else tuple(p % 16 == 0 for p in ptrs)
+        aligned = not reduce(operator.or_, ptrs, 0) & 15 or tuple(p % 16 == 0 for p in ptrs)
         key = (
             device_index,
             consts,
