@@ -43,22 +43,19 @@ echo "bench rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 tail -80 "$out/bench.log"
 [ "${AFTER:-llama}" = none ] && exit 0
 if [ "${AFTER:-llama}" = probes ]; then
-  for w in "4096 4 2 4096" "2048 8 8 2048"; do
-    set -- $w
-    t0=$SECONDS
-    timeout 130 python3 experiments/llama/probes/llama_patch_step.py $1 $2 $3 $4 3 \
-      > "$out/eager_$1.log" 2>&1
-    echo "eager_$1 rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-    tail -8 "$out/eager_$1.log"
-  done
-  [ "${COMPILED:-0}" = 1 ] && for w in "4096 4 2 4096" "2048 8 8 2048"; do
-    set -- $w
-    t0=$SECONDS
-    timeout 150 python3 experiments/llama/probes/llama_compile_step.py $1 $2 $3 $4 3 \
-      > "$out/compile_$1.log" 2>&1
-    echo "compile_$1 rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-    tail -7 "$out/compile_$1.log"
-  done
+  probes() {  # probes KIND SCRIPT LIMIT TAIL: the shared probe at both widths, 3 rounds
+    local kind=$1 script=$2 limit=$3 tail=$4 w t0
+    for w in "4096 4 2 4096" "2048 8 8 2048"; do
+      set -- $w
+      t0=$SECONDS
+      timeout "$limit" python3 "experiments/llama/probes/$script" $1 $2 $3 $4 3 \
+        > "$out/${kind}_$1.log" 2>&1
+      echo "${kind}_$1 rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+      tail -"$tail" "$out/${kind}_$1.log"
+    done
+  }
+  probes eager llama_patch_step.py 130 8
+  [ "${COMPILED:-0}" = 1 ] && probes compile llama_compile_step.py 150 7
   exit 0
 fi
 t0=$SECONDS

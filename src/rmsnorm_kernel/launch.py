@@ -100,9 +100,9 @@ class _Layout:
     def __init__(self, args: tuple) -> None:
         self.kinds = tuple(_kind(a) for a in args)
         pick = lambda kind: tuple(i for i, k in enumerate(self.kinds) if k == kind)
-        self.tensors, self.ints = _gather(pick("tensor")), _gather(pick("int"))
-        self.others = pick("other")
-        self.direct = not self.others and pick("tensor") + pick("int") == tuple(range(len(args)))
+        tensors, ints, self.others = pick("tensor"), pick("int"), pick("other")
+        self.tensors, self.ints = _gather(tensors), _gather(ints)
+        self.direct = not self.others and tensors + ints == tuple(range(len(args)))
 
     def check(self, args: tuple) -> None:
         kinds = tuple(_kind(a) for a in args)

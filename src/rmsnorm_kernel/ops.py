@@ -52,7 +52,7 @@ BACKWARD_ROWS = CachedKernel(kernels.rmsnorm_backward_rows_kernel)
 BACKWARD_TMA = CachedKernel(kernels.rmsnorm_backward_tma_kernel)
 BACKWARD_COLUMNS = CachedKernel(kernels.rmsnorm_backward_columns_kernel)
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel)
-
+#: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
