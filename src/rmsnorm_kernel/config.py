@@ -19,6 +19,7 @@ import functools
 import torch
 import triton
 
+from .backend import BACKEND
 from .contract import ContractValueError
 
 #: Forward: widest row kept whole in registers. One pass at 32768 columns 77.9 us vs 79.0 us
@@ -222,9 +223,15 @@ TMA_PIPELINED_MIN_BYTES = 128
 #: Chunk of the wide-row backward reduction mean(u*x) (rmsnorm_row_dot_kernel) and its warps.
 ROW_DOT_BLOCK = 8192
 ROW_DOT_WARPS = 16
-#: dweight_sum_kernel tile: BLOCK_G x BLOCK_N float64 partials per step (32 x 128 = 32 KiB).
+#: dweight_sum_kernel tile: BLOCK_G x BLOCK_N float64 partials per step. BLOCK_G alone fixes the
+#: order of the additions (rows g, g + BLOCK_G, ... in one lane, then the lanes), so dweight's bits
+#: do not depend on BLOCK_N; narrower column strips give more programs. The sum launch alone over
+#: the heuristic's partials, graph replay, H200 (experiments/kernel_perf/pdl.py, twenty-third
+#: session), BLOCK_N 32 against 128: 132 x 4096 partials 2.7 us against 4.7, 263 x 1024 3.7
+#: against 7.1, 261 x 2048 3.7 against 7.1, 128 x 4096 2.5 against 4.4; BLOCK_N 64 4.5-7.0, and
+#: BLOCK_G 16 or 64 at 32 / 64 columns 2.8-4.6 (all slower than 32 x 32).
 SUM_BLOCK_G = 32
-SUM_BLOCK_N = 128
+SUM_BLOCK_N = 32
 
 _WARPS = (1, 2, 4, 8, 16, 32)
 
@@ -241,7 +248,8 @@ class ForwardConfig:
     ``packed``: one pass over 16-bit rows kept 16-bit in registers (see PACKED_FORWARD).
     ``unmasked``: one pass over rows exactly ``block`` wide, without masks (UNMASKED_MAX_ROWS).
     ``evict_last``: load the rows with the ``evict_last`` cache policy (EVICT_LAST_ROW_BYTES); a
-    hint only, it changes no value.
+    hint only, it changes no value. ``pdl``: launch with programmatic dependent launch (Hopper
+    and newer; an explicit option, the heuristic never takes it, see PDL); no value changes.
     """
 
     block: int
@@ -251,6 +259,7 @@ class ForwardConfig:
     packed: bool = False
     unmasked: bool = False
     evict_last: bool = False
+    pdl: bool = False
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
@@ -294,7 +303,9 @@ class BackwardConfig:
     ``dw_columns``: more than 0 finishes dweight in the same launch without partials
     (rmsnorm_backward_columns_kernel): besides the ``groups`` row programs, one program per strip
     of ``dw_columns`` columns sums it over all M rows, ``dw_rows`` rows per step (one tile per row
-    only; not with the tree, clusters, TMA or several rows per step).
+    only; not with the tree, clusters, TMA or several rows per step); ``pdl``: the dweight sum
+    launch with programmatic dependent launch, started early by the row kernel (Hopper and
+    newer, see PDL); no value changes.
     """
 
     block: int
@@ -311,6 +322,7 @@ class BackwardConfig:
     tma: bool = False
     dw_columns: int = 0
     dw_rows: int = 0
+    pdl: bool = False
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -453,6 +465,36 @@ def hopper(device_index: int) -> bool:
     if torch.version.hip is not None:
         return False
     return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+#: Programmatic dependent launch (PDL) for the backward's dweight sum launch where the GPU has it
+#: (Hopper and newer: ``griddepcontrol`` is sm_90+): the sum launch may start while the row kernel
+#: before it drains (the row kernel lets it, ``kernels._pdl_prologue``), and waits at its start
+#: until that kernel has finished and its writes are visible. Graph replay, H200, backward alone
+#: (experiments/kernel_perf/pdl.py, twenty-third session; the row kernel launched with PDL too):
+#: 16384 x 4096 bf16 110.3-110.9 us against 111.7-111.9, 65536 x 1024 111.3-112.1 against
+#: 112.3-113.2, 8192 x 4096 60.3-60.4 against 61.3-61.5, 16384 x 2048 60.9 against 62.4-62.6,
+#: 4096 x 4096 33.8 against 34.6-34.7, the same bits. Not for the row kernels after the forward:
+#: launched with PDL after a forward (also with PDL) forward + backward took 212 us against 178 at
+#: 65536 x 1024, 128 against 96 at 16384 x 2048, 182 against 178 at 16384 x 4096 (a persistent
+#: grid that starts while the forward's last CTAs run is placed unevenly over the SMs), so the
+#: row kernels and the forward launch without it (``ForwardConfig.pdl`` stays an explicit option).
+PDL = True
+
+
+def pdl_here(device_index: int | None) -> bool:
+    """Whether the backward heuristic takes PDL: compiled kernels on a Hopper or newer GPU."""
+    return PDL and BACKEND != "interpreter" and device_index is not None and hopper(device_index)
+
+
+def check_pdl(name: str, pdl: bool, device_index: int | None) -> None:
+    """An explicit config's ``pdl`` must run here: compiled kernels on Hopper or newer."""
+    if pdl and not (BACKEND != "interpreter" and device_index is not None and hopper(device_index)):
+        where = "Triton's interpreter" if device_index is None else "this GPU (before Hopper)"
+        raise ContractValueError(
+            f"{name} needs compiled kernels on an NVIDIA Hopper or newer GPU (programmatic "
+            f"dependent launch, sm_90+); got {where}"
+        )
 
 
 def _row_warps(block: int) -> int:
@@ -620,6 +662,20 @@ def backward_config(
     bytes per value of x and dy; ``tma``: the tensors can go through descriptors on a GPU with
     TMA). ``per_sm`` overrides :func:`programs_per_sm` (for tuning: the grid's size, everything
     else as chosen)."""
+    config = _backward_geometry(m, n, device_index, float64, per_sm, itemsize, tma)
+    return dataclasses.replace(config, pdl=True) if pdl_here(device_index) else config
+
+
+def _backward_geometry(
+    m: int,
+    n: int,
+    device_index: int | None,
+    float64: bool,
+    per_sm: int | None,
+    itemsize: int,
+    tma: bool,
+) -> BackwardConfig:
+    """:func:`backward_config` before the PDL rule."""
     tma_plan = BWD_TMA.get((n, itemsize)) if tma and not float64 and m >= TMA_MIN_M else None
     if tma_plan is not None and device_index is not None:
         return _tma_backward_config(m, n, device_index, tma_plan, per_sm)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from . import backend  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit runs)
 
@@ -38,6 +39,17 @@ from . import backend  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit r
 #: with it stored last (tune.py part earlyw, thirteenth session, 2026-12-01). 0 would restore the
 #: old order everywhere.
 WEIGHT_FIRST_MAX_BLOCK = tl.constexpr(8192)
+
+
+@triton.jit
+def _pdl_prologue(PDL: tl.constexpr):
+    """With ``PDL`` (a launch with programmatic dependent launch, Hopper and newer): wait until
+    the grid before this one in the stream has finished and its writes are visible, before this
+    program touches memory; then let the grid after this one start launching (it waits the
+    same way). Without it, nothing: the branch is compiled out."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -107,6 +119,7 @@ def rmsnorm_forward_kernel(
     HAS_OFFSET: tl.constexpr,  # offset != 0 (else y = x * r * w, with no add)
     X_EVICT: tl.constexpr,  # the row's (first) load: "" or "evict_last" (EVICT_LAST_ROW_BYTES)
     STORE_RSTD: tl.constexpr,  # False: nothing will differentiate (inference), RSTD is unused
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
     the row, mostly from L2).
@@ -116,6 +129,7 @@ def rmsnorm_forward_kernel(
     bits for the output (``_widen_by_bits``). Two different expressions, so the
     compiler does not keep one float32 copy of the row live across the reduction; the values are
     the same bits either way."""
+    _pdl_prologue(PDL)
     row = tl.program_id(0).to(tl.int64)
     eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)  # both parts are exact float32 values
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
@@ -216,9 +230,11 @@ def rmsnorm_forward_rows_kernel(
     ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
     X_EVICT: tl.constexpr,  # the rows' load: "" or "evict_last" (config.EVICT_LAST_ROW_BYTES)
     STORE_RSTD: tl.constexpr,  # False: inference, RSTD is unused
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """Short rows (N <= BLOCK): ROWS rows per program, so each program moves enough bytes to hide
     its launch and reduction latency, and the weight is loaded once per ROWS rows."""
+    _pdl_prologue(PDL)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
@@ -280,8 +296,10 @@ def rmsnorm_row_dot_kernel(
     DY_SUM: tl.constexpr,  # the sum's dtype (its one rounding)
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,  # chunk width
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """Wide rows, backward step 1 of 2: the one row-wide reduction dx needs, mean(u * x)."""
+    _pdl_prologue(PDL)
     row = tl.program_id(0).to(tl.int64)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
     cols = tl.arange(0, BLOCK)
@@ -516,6 +534,7 @@ def rmsnorm_backward_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
     TREE: tl.constexpr,  # finish dweight here (fixed tree); else only store the partial
     FANOUT: tl.constexpr,  # children per node of that tree
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """dx for a tile of rows x columns, and dweight for the whole tensor, in one launch.
 
@@ -523,6 +542,7 @@ def rmsnorm_backward_kernel(
     a fixed-order sum; the partials of all groups are then summed over a fixed tree
     (``_dweight_tree_finish``) by whichever programs finish last.
     """
+    _pdl_prologue(PDL)
     pid = tl.program_id(0)
     groups = tl.num_programs(0)
     tile = tl.program_id(1)
@@ -609,6 +629,7 @@ def rmsnorm_backward_rows_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the step loop
     TREE: tl.constexpr,
     FANOUT: tl.constexpr,
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """Short rows: the backward of :func:`rmsnorm_backward_kernel` (one tile per row), ``ROWS``
     rows per step, so each step moves enough bytes and its ROWS row reductions run side by side
@@ -617,6 +638,7 @@ def rmsnorm_backward_rows_kernel(
     dweight: each of the ROWS lanes sums its rows in order; the lanes are summed once at the end
     (a fixed reduction of the compiled kernel), so the partial is a fixed-order sum.
     """
+    _pdl_prologue(PDL)
     pid = tl.program_id(0)
     groups = tl.num_programs(0)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
@@ -709,6 +731,7 @@ def rmsnorm_backward_columns_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the row programs' loop
     COL_BLOCK: tl.constexpr,  # columns of one dweight strip
     COL_ROWS: tl.constexpr,  # rows per step of a strip: a (COL_ROWS, COL_BLOCK) tile
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """Small M: dx and dweight in one launch, with no partials and no second pass.
 
@@ -720,6 +743,7 @@ def rmsnorm_backward_columns_kernel(
     that strip of dweight. The order of additions is fixed by the config alone: dweight is
     bitwise reproducible. Both kinds read x and dy (small M: the second read is from L2).
     """
+    _pdl_prologue(PDL)
     pid = tl.program_id(0)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
     if pid < row_programs:
@@ -822,6 +846,7 @@ def rmsnorm_backward_tma_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the step loop
     TREE: tl.constexpr,
     FANOUT: tl.constexpr,
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """:func:`rmsnorm_backward_rows_kernel` with its x / dy loads and dx stores through tensor
     descriptors: on Hopper each tile is one bulk asynchronous copy (TMA) issued by one thread,
@@ -830,6 +855,7 @@ def rmsnorm_backward_tma_kernel(
 
     Row coordinates are int32 (a descriptor's); M < 2**31 rows, whatever M * N.
     """
+    _pdl_prologue(PDL)
     pid = tl.program_id(0)
     groups = tl.num_programs(0)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
@@ -894,9 +920,11 @@ def dweight_sum_kernel(
     N,  # data width
     BLOCK_G: tl.constexpr,  # partial rows summed at once
     BLOCK_N: tl.constexpr,  # columns per program
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
 ):
     """The dweight finish as a second launch (large tensors, where it beats the in-launch tree's
     sequential tail): column sums of the partials in a fixed order."""
+    _pdl_prologue(PDL)
     pid = tl.program_id(0)
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < N

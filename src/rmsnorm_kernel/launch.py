@@ -139,8 +139,10 @@ def _spec(arg) -> object:
 
 
 class CachedKernel:
-    """``launch(grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas=1)`` for
-    one kernel (``num_ctas > 1``: each program is a thread-block cluster of that many CTAs).
+    """``launch(grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas=1,
+    pdl=False)`` for one kernel (``num_ctas > 1``: each program is a thread-block cluster of that
+    many CTAs; ``pdl``: launched with programmatic dependent launch, compiled kernels on Hopper or
+    newer only, and the kernel must wait at its start: ``kernels._pdl_prologue``).
 
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
@@ -162,11 +164,12 @@ class CachedKernel:
         num_stages: int,
         device_index: int,
         num_ctas: int = 1,
+        pdl: bool = False,
     ) -> tuple:
         """The handle key of a launch (see the module docstring)."""
-        return self._key(args, consts, num_warps, num_stages, device_index, num_ctas)[0]
+        return self._key(args, consts, num_warps, num_stages, device_index, num_ctas, pdl)[0]
 
-    def _key(self, args, consts, num_warps, num_stages, device_index, num_ctas):
+    def _key(self, args, consts, num_warps, num_stages, device_index, num_ctas, pdl):
         """``(key, the tensors' addresses, the ints, layout)``. Alignment: one OR of every
         address (outputs included: finer than Triton's key, never coarser) says whether all are
         16-byte aligned, the common case; otherwise each tensor's own alignment is keyed."""
@@ -182,6 +185,7 @@ class CachedKernel:
             num_warps,
             num_stages,
             num_ctas,
+            pdl,
             _int_classes(ints),
             tuple(map(_DTYPE, tensors)),
             aligned,
@@ -199,6 +203,7 @@ class CachedKernel:
         num_stages: int,
         device_index: int | None,
         num_ctas: int = 1,
+        pdl: bool = False,
     ) -> None:
         if BACKEND == "interpreter" or device_index is None:
             self.fn[grid](
@@ -211,7 +216,7 @@ class CachedKernel:
             )
             return
         key, ptrs, ints, layout = self._key(
-            args, consts, num_warps, num_stages, device_index, num_ctas
+            args, consts, num_warps, num_stages, device_index, num_ctas, pdl
         )
         handle = self.handles.get(key)
         if handle is None or _hooks_installed():
@@ -226,6 +231,8 @@ class CachedKernel:
                     num_warps=num_warps,
                     num_stages=num_stages,
                     num_ctas=num_ctas,
+                    # the compiled launcher keeps it: cached launches of this key use PDL too
+                    **({"launch_pdl": True} if pdl else {}),
                 )
             if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
                 compiled = compiled.result()

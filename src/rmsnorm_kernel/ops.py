@@ -30,6 +30,7 @@ from .config import (
     BackwardConfig,
     ForwardConfig,
     backward_config,
+    check_pdl,
     forward_config,
     hopper,
     stores_rstd,
@@ -224,6 +225,7 @@ def launch_forward(
         config = forward_config(m, n, index, acc == torch.float64, packable, row_bytes)
     else:
         config.check(n)
+        check_pdl("ForwardConfig.pdl", config.pdl, index)
         if config.packed and not half:
             raise ContractValueError(
                 "ForwardConfig.packed keeps 16-bit rows (float16, bfloat16) packed "
@@ -244,16 +246,18 @@ def launch_forward(
     store = stores_rstd(config, keep_rstd)
     rs = torch.empty(m, device=x2.device, dtype=acc) if store else y
     rstd = rs if keep_rstd else None
+    pdl = config.pdl
     if rows:
         FORWARD_ROWS.launch(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
             (x2, r, w, y, h if has_r else y, rs, sx, sr, sw, m, n),
             floats,
-            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config), store),
+            (has_w, has_r, llama, _TL_DTYPES[acc], block, rows, _evict(config), store, pdl),
             config.num_warps,
             1,
             index,
             config.ctas,
+            pdl,
         )
     else:
         FORWARD.launch(
@@ -272,11 +276,13 @@ def launch_forward(
                 offset != 0.0,
                 _evict(config),
                 store,
+                pdl,
             ),
             config.num_warps,
             1,
             index,
             config.ctas,
+            pdl,
         )
     return y, h, rstd
 
@@ -337,6 +343,7 @@ def launch_backward(
         config = backward_config(m, n, index, acc == torch.float64, itemsize=itemsize, tma=tma)
     else:
         config.check(m, n)
+        check_pdl("BackwardConfig.pdl", config.pdl, index)
         if config.tma and not (tma_ready(x2, sx) and tma_ready(dy2, sdy) and tma_ready(dx, n)):
             raise ContractValueError(
                 "BackwardConfig.tma needs x, dy and dx in float16, bfloat16 or float32 with "
@@ -352,6 +359,9 @@ def launch_backward(
                     f"stages={config.stages}, rows={config.rows}, N={n}: {tile} bytes)"
                 )
     block, one_tile, groups, tree = config.block, config.one_tile, config.groups, config.tree
+    # PDL (config.PDL): the row kernels let the sum launch start early (their PDL constexpr) but
+    # are launched without it themselves; only the sum launch carries the launch attribute.
+    pdl = config.pdl
     tiles = config.tiles_for(n)
     dw_acc = torch.float64 if config.dw_float64 or acc == torch.float64 else torch.float32
     offsets = split_float(offset)
@@ -367,10 +377,12 @@ def launch_backward(
             (m,),
             (dy2, x2, w, mean_ux, dy_b, dy_c, sdy, sx, sw, s_b, s_c, n),
             offsets,
-            (has_w, parts, sum_dtype, _TL_DTYPES[acc], ROW_DOT_BLOCK),
+            (has_w, parts, sum_dtype, _TL_DTYPES[acc], ROW_DOT_BLOCK, pdl),
             ROW_DOT_WARPS,
             1,
             index,
+            1,
+            False,
         )
     dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
     if has_w:
@@ -400,10 +412,12 @@ def launch_backward(
             offsets,
             flags
             + (n // min(n, TMA_CHUNK), min(n, TMA_CHUNK), config.rows, config.stages, tree)
-            + (config.fanout,),
+            + (config.fanout, pdl),
             config.num_warps,
             1,
             index,
+            1,
+            False,
         )
     elif config.dw_columns:
         strips = -(-n // config.dw_columns) if has_w else 0
@@ -412,10 +426,12 @@ def launch_backward(
             (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, dw, sdy, sx, sdh, sw, s_b, s_c, m, n)
             + (config.rows_per_program, groups),
             offsets,
-            flags + (config.stages, config.dw_columns, config.dw_rows),
+            flags + (config.stages, config.dw_columns, config.dw_rows, pdl),
             config.num_warps,
             1,
             index,
+            1,
+            False,
         )
     elif config.rows > 1:
         BACKWARD_ROWS.launch(
@@ -423,11 +439,12 @@ def launch_backward(
             (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, dw, partial, counters, sdy, sx, sdh)
             + (sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            flags + (config.rows, config.stages, tree, config.fanout),
+            flags + (config.rows, config.stages, tree, config.fanout, pdl),
             config.num_warps,
             1,
             index,
             config.ctas,
+            False,
         )
     else:
         BACKWARD.launch(
@@ -435,21 +452,24 @@ def launch_backward(
             (dy2, x2, w, rstd, mean_ux, dh, dy_b, dy_c, dx, dx2, dw, partial, counters, sdy, sx)
             + (sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            flags + (one_tile, config.stages, tree, config.fanout),
+            flags + (one_tile, config.stages, tree, config.fanout, pdl),
             config.num_warps,
             1,
             index,
             config.ctas,
+            False,
         )
     if has_w and not tree and not config.dw_columns:
         DW_SUM.launch(
             (-(-n // SUM_BLOCK_N),),
             (partial, dw, groups, n),
             (),
-            (SUM_BLOCK_G, SUM_BLOCK_N),
+            (SUM_BLOCK_G, SUM_BLOCK_N, pdl),
             4,
             1,
             index,
+            1,
+            pdl,
         )
     return dx, (dw if has_w else None)
 

@@ -122,8 +122,9 @@ def test_the_launch_stores_rstd_where_the_config_says(device, monkeypatch, cfg, 
         real = launcher.launch
 
         def spy(grid, tensors, floats, consts, *rest, _real=real):
-            stored.append(consts[-1])  # STORE_RSTD, every forward kernel's last constexpr
-            if consts[-1]:
+            # STORE_RSTD: every forward kernel's constexpr before the last (PDL)
+            stored.append(consts[-2])
+            if consts[-2]:
                 assert tensors[5] is not tensors[3], "rstd stored through y's placeholder"
             return _real(grid, tensors, floats, consts, *rest)
 
