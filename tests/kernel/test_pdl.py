@@ -25,8 +25,8 @@ def test_the_interpreter_heuristics_never_take_pdl():
 
 
 def test_an_explicit_pdl_config_is_refused_by_name_where_it_cannot_run():
-    if torch.cuda.is_available() and config.hopper(torch.cuda.current_device()):
-        pytest.skip("runs PDL here")
+    if torch.cuda.is_available():
+        pytest.skip("CPU tensors in Triton's interpreter: a machine without CUDA")
     x = torch.randn(8, 64)
     w = torch.randn(64)
     with pytest.raises(ContractValueError, match=r"ForwardConfig\.pdl needs compiled kernels"):
