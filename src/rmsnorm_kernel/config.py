@@ -482,14 +482,19 @@ def hopper(device_index: int) -> bool:
 PDL = True
 
 
+def _pdl_supported(device_index: int | None) -> bool:
+    """Compiled kernels on a Hopper or newer GPU: where a launch can take PDL."""
+    return BACKEND != "interpreter" and device_index is not None and hopper(device_index)
+
+
 def pdl_here(device_index: int | None) -> bool:
-    """Whether the backward heuristic takes PDL: compiled kernels on a Hopper or newer GPU."""
-    return PDL and BACKEND != "interpreter" and device_index is not None and hopper(device_index)
+    """Whether the backward heuristic takes PDL (see PDL)."""
+    return PDL and _pdl_supported(device_index)
 
 
 def check_pdl(name: str, pdl: bool, device_index: int | None) -> None:
     """An explicit config's ``pdl`` must run here: compiled kernels on Hopper or newer."""
-    if pdl and not (BACKEND != "interpreter" and device_index is not None and hopper(device_index)):
+    if pdl and not _pdl_supported(device_index):
         where = "Triton's interpreter" if device_index is None else "this GPU (before Hopper)"
         raise ContractValueError(
             f"{name} needs compiled kernels on an NVIDIA Hopper or newer GPU (programmatic "

@@ -119,7 +119,7 @@ def rmsnorm_forward_kernel(
     HAS_OFFSET: tl.constexpr,  # offset != 0 (else y = x * r * w, with no add)
     X_EVICT: tl.constexpr,  # the row's (first) load: "" or "evict_last" (EVICT_LAST_ROW_BYTES)
     STORE_RSTD: tl.constexpr,  # False: nothing will differentiate (inference), RSTD is unused
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
     the row, mostly from L2).
@@ -230,7 +230,7 @@ def rmsnorm_forward_rows_kernel(
     ROWS: tl.constexpr,  # rows per program: a (ROWS, BLOCK) tile
     X_EVICT: tl.constexpr,  # the rows' load: "" or "evict_last" (config.EVICT_LAST_ROW_BYTES)
     STORE_RSTD: tl.constexpr,  # False: inference, RSTD is unused
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """Short rows (N <= BLOCK): ROWS rows per program, so each program moves enough bytes to hide
     its launch and reduction latency, and the weight is loaded once per ROWS rows."""
@@ -296,7 +296,7 @@ def rmsnorm_row_dot_kernel(
     DY_SUM: tl.constexpr,  # the sum's dtype (its one rounding)
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,  # chunk width
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """Wide rows, backward step 1 of 2: the one row-wide reduction dx needs, mean(u * x)."""
     _pdl_prologue(PDL)
@@ -534,7 +534,7 @@ def rmsnorm_backward_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the row loop (loads of later rows early)
     TREE: tl.constexpr,  # finish dweight here (fixed tree); else only store the partial
     FANOUT: tl.constexpr,  # children per node of that tree
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """dx for a tile of rows x columns, and dweight for the whole tensor, in one launch.
 
@@ -629,7 +629,7 @@ def rmsnorm_backward_rows_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the step loop
     TREE: tl.constexpr,
     FANOUT: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """Short rows: the backward of :func:`rmsnorm_backward_kernel` (one tile per row), ``ROWS``
     rows per step, so each step moves enough bytes and its ROWS row reductions run side by side
@@ -731,7 +731,7 @@ def rmsnorm_backward_columns_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the row programs' loop
     COL_BLOCK: tl.constexpr,  # columns of one dweight strip
     COL_ROWS: tl.constexpr,  # rows per step of a strip: a (COL_ROWS, COL_BLOCK) tile
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """Small M: dx and dweight in one launch, with no partials and no second pass.
 
@@ -846,7 +846,7 @@ def rmsnorm_backward_tma_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the step loop
     TREE: tl.constexpr,
     FANOUT: tl.constexpr,
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """:func:`rmsnorm_backward_rows_kernel` with its x / dy loads and dx stores through tensor
     descriptors: on Hopper each tile is one bulk asynchronous copy (TMA) issued by one thread,
@@ -920,7 +920,7 @@ def dweight_sum_kernel(
     N,  # data width
     BLOCK_G: tl.constexpr,  # partial rows summed at once
     BLOCK_N: tl.constexpr,  # columns per program
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (_pdl_prologue)
+    PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """The dweight finish as a second launch (large tensors, where it beats the in-launch tree's
     sequential tail): column sums of the partials in a fixed order."""

@@ -360,7 +360,7 @@ def launch_backward(
                 )
     block, one_tile, groups, tree = config.block, config.one_tile, config.groups, config.tree
     # PDL (config.PDL): the row kernels let the sum launch start early (their PDL constexpr) but
-    # are launched without it themselves; only the sum launch carries the launch attribute.
+    # launch without the attribute themselves (CachedKernel's default); only the sum launch has it.
     pdl = config.pdl
     tiles = config.tiles_for(n)
     dw_acc = torch.float64 if config.dw_float64 or acc == torch.float64 else torch.float32
@@ -381,8 +381,6 @@ def launch_backward(
             ROW_DOT_WARPS,
             1,
             index,
-            1,
-            False,
         )
     dw = partial = counters = rstd  # placeholder pointers without a weight (or tree)
     if has_w:
@@ -416,8 +414,6 @@ def launch_backward(
             config.num_warps,
             1,
             index,
-            1,
-            False,
         )
     elif config.dw_columns:
         strips = -(-n // config.dw_columns) if has_w else 0
@@ -430,8 +426,6 @@ def launch_backward(
             config.num_warps,
             1,
             index,
-            1,
-            False,
         )
     elif config.rows > 1:
         BACKWARD_ROWS.launch(
@@ -444,7 +438,6 @@ def launch_backward(
             1,
             index,
             config.ctas,
-            False,
         )
     else:
         BACKWARD.launch(
@@ -457,7 +450,6 @@ def launch_backward(
             1,
             index,
             config.ctas,
-            False,
         )
     if has_w and not tree and not config.dw_columns:
         DW_SUM.launch(
