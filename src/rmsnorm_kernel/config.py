@@ -229,10 +229,11 @@ ROW_DOT_WARPS = 16
 #: the heuristic's partials, graph replay, H200 (experiments/kernel_perf/pdl.py, twenty-third
 #: session), BLOCK_N 32 against 128: 132 x 4096 partials 2.7 us against 4.7, 263 x 1024 3.7
 #: against 7.1, 261 x 2048 3.7 against 7.1, 128 x 4096 2.5 against 4.4; BLOCK_N 64 4.5-7.0, and
-#: BLOCK_G 16 or 64 at 32 / 64 columns 2.8-4.6. BLOCK_N 16 then measured faster again (2.41
-#: against 2.68 us at 132 x 4096, 2.84 against 3.64 at 263 x 1024), so the strips are 16 wide.
+#: BLOCK_G 16 or 64 at 32 / 64 columns 2.8-4.6. Narrower again, one H200 run (twenty-fourth
+#: session): BLOCK_N 8 / 16 / 32 at 132 x 4096 partials 2.27 / 2.41 / 2.69 us, at 263 x 1024
+#: 2.39 / 2.84 / 3.63; so the strips are 8 wide (512 programs at N = 4096).
 SUM_BLOCK_G = 32
-SUM_BLOCK_N = 16
+SUM_BLOCK_N = 8
 
 _WARPS = (1, 2, 4, 8, 16, 32)
 

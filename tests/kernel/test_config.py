@@ -123,10 +123,10 @@ def test_short_rows_at_small_m_take_the_one_row_kernel(h200):
     """Where the several-rows tile would hold one row (too few programs for 2 per SM), 512- and
     1024-wide blocks run one row per program in the one-row kernel: 128 x 257 fp32 1.58 us vs
     1.75, 256 x 1024 bf16 1.68 vs 1.90 (graph replay, tune.py part tiny)."""
-    # pdl: whether this machine launches with PDL (config.pdl_here), not geometry
-    pdl = config.pdl_here(0)
-    assert config.forward_config(128, 257, 0) == config.ForwardConfig(512, 0, 4, pdl=pdl)
-    assert config.forward_config(256, 1024, 0) == config.ForwardConfig(1024, 0, 2, pdl=pdl)
+    # The forward heuristic never sets pdl (an explicit option only: config.ForwardConfig), on
+    # every machine: ForwardConfig's default is what it must give.
+    assert config.forward_config(128, 257, 0) == config.ForwardConfig(512, 0, 4)
+    assert config.forward_config(256, 1024, 0) == config.ForwardConfig(1024, 0, 2)
     assert config.forward_config(256, 256, 0).rows == 1  # narrower: not measured, rows kernel
     assert config.forward_config(1 << 20, 512, 0).rows == 4  # enough programs: several rows
     assert config.forward_config(128, 257, None).rows > 0  # the interpreter: no SM count
