@@ -17,6 +17,9 @@ LOCKED_TORCH := $(shell grep -m1 '^torch==' $(LOCK) 2>/dev/null)
 TORCH_SPEC ?= $(LOCKED_TORCH)
 NORMS ?= reference,triton
 ARGS ?=
+# pytest-xdist workers for `make test` (auto: one per core). The CPU suite is bound by Triton's
+# interpreter, about 20 minutes in one process on CI's 2 cores; WORKERS=0 runs it in one process.
+WORKERS ?= auto
 LINT_PATHS := src tests experiments
 
 .DEFAULT_GOAL := help
@@ -27,7 +30,7 @@ LINT_PATHS := src tests experiments
 help: ## list the targets
 	@awk 'BEGIN {FS = ":[^#]*## "} /^[a-zA-Z_ -]+:[^=]*## / {gsub(/ /, ", ", $$1); printf "  make %-20s  %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST)
-	@echo "  Variables: ARGS='<overrides>' NORMS=$(NORMS) CKPT=<file> TORCH_SPEC=$(TORCH_SPEC)"
+	@echo "  Variables: ARGS='<overrides>' NORMS=$(NORMS) CKPT=<file> TORCH_SPEC=$(TORCH_SPEC) WORKERS=$(WORKERS)"
 
 setup: $(VENV)/.installed ## build .venv from the lock (once; again when pyproject.toml or the lock change)
 
@@ -73,7 +76,7 @@ format: setup ## ruff format + ruff check --fix (rewrites files)
 
 # The README's test command (CI runs exactly this through .ci/run).
 test: lint ## lint, then the whole test suite (ARGS='-k name' to pick)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(WORKERS) $(ARGS)
 
 train: setup ## the main job: Hydra multirun over NORMS, then the cross-branch comparison
 	$(PY) -m rmsnorm_kernel.train --multirun norm=$(NORMS) $(ARGS)
