@@ -17,9 +17,10 @@ LOCKED_TORCH := $(shell grep -m1 '^torch==' $(LOCK) 2>/dev/null)
 TORCH_SPEC ?= $(LOCKED_TORCH)
 NORMS ?= reference,triton
 ARGS ?=
-# pytest-xdist workers for `make test` (auto: one per core). The CPU suite is bound by Triton's
-# interpreter, about 20 minutes in one process on CI's 2 cores; WORKERS=0 runs it in one process.
-WORKERS ?= auto
+# pytest-xdist workers for `make test` (WORKERS=auto: one per core). 0, one process, is the
+# default: on CI's 2 cores two workers took longer (pytest 1707 s on a fresh clone of 5f2407e)
+# than one process (1160-1510 s in the three fresh clones before it).
+WORKERS ?= 0
 LINT_PATHS := src tests experiments
 
 .DEFAULT_GOAL := help
