@@ -234,6 +234,11 @@ ROW_DOT_WARPS = 16
 #: 2.39 / 2.84 / 3.63; so the strips are 8 wide (512 programs at N = 4096).
 SUM_BLOCK_G = 32
 SUM_BLOCK_N = 8
+#: The same launch in Triton's interpreter, which runs its programs one after another in Python:
+#: its cost is per program, so 128-column strips there (16x fewer programs than 8; the same bits,
+#: BLOCK_N changes no order). At 8 columns a fresh clone's CPU suite went from 1373 s to over
+#: 2600 s (twenty-fourth session).
+INTERPRETER_SUM_BLOCK_N = 128
 
 _WARPS = (1, 2, 4, 8, 16, 32)
 

@@ -20,6 +20,7 @@ from . import kernels
 from .backend import BACKEND
 from .config import (
     BWD_TMA,
+    INTERPRETER_SUM_BLOCK_N,
     ROW_DOT_BLOCK,
     ROW_DOT_WARPS,
     SUM_BLOCK_G,
@@ -452,11 +453,12 @@ def launch_backward(
             config.ctas,
         )
     if has_w and not tree and not config.dw_columns:
+        block_n = SUM_BLOCK_N if index is not None else INTERPRETER_SUM_BLOCK_N
         DW_SUM.launch(
-            (-(-n // SUM_BLOCK_N),),
+            (-(-n // block_n),),
             (partial, dw, groups, n),
             (),
-            (SUM_BLOCK_G, SUM_BLOCK_N, pdl),
+            (SUM_BLOCK_G, block_n, pdl),
             4,
             1,
             index,
