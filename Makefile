@@ -18,8 +18,9 @@ TORCH_SPEC ?= $(LOCKED_TORCH)
 NORMS ?= reference,triton
 ARGS ?=
 # pytest-xdist workers for `make test` (WORKERS=auto: one per core). 0, one process, is the
-# default: on CI's 2 cores two workers took longer (pytest 1707 s on a fresh clone of 5f2407e)
-# than one process (1160-1510 s in the three fresh clones before it).
+# default, the way CI has always passed. Two workers on CI's 2 cores: pytest 1707 s on a fresh
+# clone of 5f2407e, whose interpreter then ran the dweight sum in 8-column strips (one process on
+# that code: not done after 2600 s; 1160-1510 s before it). Not yet timed on the code after it.
 WORKERS ?= 0
 LINT_PATHS := src tests experiments
 
