@@ -224,6 +224,44 @@ def test_a_failing_peer_is_a_cell_not_a_crash(tmp_path, monkeypatch):
     assert "flaky fails: ValueError: no rows wider than 100" in text
 
 
+class CountingTimers(CpuTimers):
+    """``host`` returns how many host timings have finished so far (1, 2, ...): which round and
+    position each implementation was timed in can then be read back from the JSON."""
+
+    def __init__(self):
+        self.done = 0
+
+    def host(self, make, calls, warmup_calls):
+        make()()  # a failing implementation raises here, before it counts
+        self.done += 1
+        return float(self.done)
+
+
+@needs_interpreter
+def test_host_rounds_interleave_rotate_and_keep_the_median(tmp_path, monkeypatch):
+    peer = peers.Peer("flaky", "flaky", "torch", None, _flaky(32), "fails on N > 32")
+    monkeypatch.setitem(peers.PEERS, "flaky", peer)
+    cfg = _small(tmp_path, implementations=["ours", "torch", "flaky"])
+    cfg["curves"]["enabled"] = False
+    cfg["host"]["rounds"] = 3
+    timers = CountingTimers()
+    code = run_bench(cfg, Console(file=io.StringIO(), width=220), timers=timers, device="cpu")
+    assert code == 0
+    host = [g for g in read_json(tmp_path / "bench.json")["groups"] if g["section"] == "host"]
+    assert [g["rounds"] for g in host] == [3] * len(host) and len(host) == len(cfg["passes"])
+    # Round 0: ours, torch, flaky (fails, then is skipped); round 1 starts at torch, round 2 at
+    # flaky: ours 1, 4, 5 and torch 2, 3, 6 in the first pass, the next pass counting on.
+    for i, g in enumerate(host):
+        r = g["results"]
+        assert r["flaky"]["status"] == "fails: ValueError: no rows wider than 32"
+        assert "us_rounds" not in r["flaky"]
+        base = 6 * i
+        assert r["ours"]["us_rounds"] == [base + 1, base + 4, base + 5]
+        assert r["torch"]["us_rounds"] == [base + 2, base + 3, base + 6]
+        assert r["ours"]["us"] == base + 4 and r["torch"]["us"] == base + 3
+    assert timers.done == 6 * len(host)
+
+
 def test_ours_failing_fails_the_command(tmp_path, monkeypatch):
     ours = peers.PEERS["ours"]
     monkeypatch.setitem(

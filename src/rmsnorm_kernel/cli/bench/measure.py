@@ -13,6 +13,8 @@ added by :mod:`rmsnorm_kernel.cli.bench.compare`. Sections: ``table`` (the shape
 
 from __future__ import annotations
 
+import statistics
+
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -148,18 +150,39 @@ class Runner:
 
     def host(self) -> None:
         """Host cost per call of each pass at the host shape (forward timed as in training:
-        inputs that require grad, so autograd records the graph)."""
+        inputs that require grad, so autograd records the graph). ``rounds`` interleaved rounds:
+        each times every implementation once, starting one further along each round (no
+        implementation always first); the median round is kept, every round in ``us_rounds``."""
         h = self.plan.host
         inputs = make_inputs(h["shape"], self.device, self.plan.seed)
+        names = list(self.impls)
         for pass_ in self.plan.passes:
-            results = {}
-            for name, f in self.impls.items():
-                make = maker(f, inputs, pass_, True) if callable(f) else None
-                results[name] = self._cell(
-                    name, "us", self.timers.host, make, h["calls"], h["warmup_calls"]
-                )
+            results = {name: None for name in names}
+            rounds: dict[str, list[float]] = {name: [] for name in names}
+            for r in range(h["rounds"]):
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    if results[name] is not None:  # not callable, or failed in an earlier round
+                        continue
+                    f = self.impls[name]
+                    make = maker(f, inputs, pass_, True) if callable(f) else None
+                    cell = self._cell(
+                        name, "us", self.timers.host, make, h["calls"], h["warmup_calls"]
+                    )
+                    if cell["status"] == "ok":
+                        rounds[name].append(cell["us"])
+                    else:
+                        results[name] = cell
+            for name in names:
+                if results[name] is None:
+                    times = rounds[name]
+                    results[name] = {
+                        "status": "ok",
+                        "us": statistics.median(times),
+                        "us_rounds": times,
+                    }
             group = self._group("host", h["shape"], pass_, "host", results)
             group["calls"] = h["calls"]
+            group["rounds"] = h["rounds"]
             add_ratios(group, self.plan.ours, "us")
             self.log(self._line(group))
 

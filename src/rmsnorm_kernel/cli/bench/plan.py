@@ -55,7 +55,7 @@ class Plan:
     copy_bytes: int
     shapes: tuple[Shape, ...]
     memory: bool
-    host: dict | None  # {shape, calls, warmup_calls}, or None when off
+    host: dict | None  # {shape, calls, warmup_calls, rounds}, or None when off
     curves: tuple[Curve, ...] = field(default=())
     curve_modes: tuple[str, ...] = ()
     curve_passes: tuple[str, ...] = ()
@@ -142,6 +142,7 @@ def read_plan(cfg: Mapping) -> Plan:
             "shape": _shape(cfg["host"]["shape"], f"{key}.host.shape"),
             "calls": count(cfg["host"]["calls"], f"{key}.host.calls"),
             "warmup_calls": count(cfg["host"]["warmup_calls"], f"{key}.host.warmup_calls"),
+            "rounds": count(cfg["host"]["rounds"], f"{key}.host.rounds"),
         }
     curves: tuple[Curve, ...] = ()
     curve_modes: tuple[str, ...] = ()

@@ -101,8 +101,8 @@ def print_report(payload: dict, console: Console) -> None:
                 impls,
                 "us",
                 lambda v: f"{v:.1f}",
-                f"host cost per call, us ({h['calls']} eager calls at "
-                f"{_shape(h)}, synchronised only at the end)",
+                f"host cost per call, us (median of {h.get('rounds', 1)} interleaved rounds "
+                f"of {h['calls']} eager calls at {_shape(h)}, each synchronised only at its end)",
             )
         )
     for section in ("table", "curve_n", "curve_m"):
