@@ -14,7 +14,6 @@ added by :mod:`rmsnorm_kernel.cli.bench.compare`. Sections: ``table`` (the shape
 from __future__ import annotations
 
 import statistics
-
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
