@@ -13,7 +13,7 @@ changes. The per-row math (dx) is the package kernel's, bit for bit.
 Specialised to what the timing needs: a weight, one dy part, no residual gradient, no second dx,
 torch's rounding, float32 partials summed afterwards (the package's sum finish).
 
-    PYTHONPATH=src python3 experiments/kernel_perf/strided_backward.py OUT.json
+    PYTHONPATH=src python3 experiments/kernel_perf/strided_backward.py OUT.json [quick]
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ SHAPES = [
 ]
 
 
-def _time_shape(m, n, dtype, sms):
-    """Records of one shape: the package's backward, then this kernel's variants."""
+def _time_shape(m, n, dtype, sms, quick):
+    """Records of one shape: the package's backward, then this kernel's variants (``quick``:
+    the package's plan in both orders, and grid-stride at twice its programs per SM)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
     dy = torch.randn(m, n, device="cuda", dtype=dtype, generator=gen)
@@ -127,7 +128,10 @@ def _time_shape(m, n, dtype, sms):
     records[-1]["us"] = triton.testing.do_bench_cudagraph(package) * 1e3
     print(records[-1], flush=True)
     variants = [(per_sm, stages, False)]
-    variants += [(p, s, True) for p in (per_sm, per_sm + 1, 2 * per_sm) for s in (stages, 3)]
+    if quick:
+        variants += [(per_sm, stages, True), (2 * per_sm, stages, True)]
+    else:
+        variants += [(p, s, True) for p in (per_sm, per_sm + 1, 2 * per_sm) for s in (stages, 3)]
     for p, s, strided in dict.fromkeys(variants):
         call = functools.partial(run, dy, x, w, rstd, p * sms, rows, s, warps, strided)
         dx, partial = call()
@@ -147,15 +151,15 @@ def _time_shape(m, n, dtype, sms):
     return records
 
 
-def main(path: str) -> None:
+def main(path: str, quick: bool) -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     records = []
     for m, n, dtype in SHAPES:
-        records += _time_shape(m, n, dtype, sms)
+        records += _time_shape(m, n, dtype, sms, quick)
         torch.cuda.empty_cache()
-    with open(path, "w") as f:
-        json.dump(records, f, indent=1)
+        with open(path, "w") as f:  # after every shape: a call cut short keeps what it timed
+            json.dump(records, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "quick" in sys.argv[2:])
