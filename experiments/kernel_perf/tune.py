@@ -50,6 +50,8 @@ Parts:
 - tmasweep: the package's TMA backward at widths BWD_TMA does not take yet (TMA_SWEEP): rows x
          stages x warps x programs per SM beside the default.
 - tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
+- tmastride: the TMA backward's row tiles dealt grid-stride (BackwardConfig.strided) against
+         the heuristic's blocks, at every BWD_TMA width over M, dx checked against it.
 - columns: small M, the backward's column-strip finish (BackwardConfig.dw_columns: one launch,
          no partials) against the heuristic (COLUMNS), graph time and eager host cost.
 - colrule: backward alone around the column-strip rule (COLUMNS_MAX_ELEMS; COLRULE): the
@@ -1475,6 +1477,48 @@ def part_tmadeep(rows):
             _bwd_record(rows, "tmadeep", m, n, name, cfg, inputs, dx0)
         _bwd_record(rows, "tmadeep", m, n, f"heuristic again {dtype}", base, inputs, dx0)
         inputs = x = w = dy = rstd = dx0 = None
+
+
+def _stride_ms(n):
+    """Part tmastride's M for a BWD_TMA width: from TMA_MIN_M up to M x N = 64M values."""
+    cap = (64 << 20) // n
+    return sorted({m for m in (config.TMA_MIN_M, 16384, 65536, 131072) if m <= cap} | {cap})
+
+
+def _stride_plans(n, itemsize):
+    """(rows, per_sm, stages, warps) for the grid-stride deal around BWD_TMA's plan: programs
+    per SM x stages, the programs of one SM within ~200 KB of shared memory (x and dy tiles per
+    stage; the H200 has 227 KB per SM)."""
+    rows, per_sm, stages, warps = config.BWD_TMA[(n, itemsize)]
+    plans = [
+        (rows, p, s, warps)
+        for p in (per_sm, per_sm + 1, 2 * per_sm, 3 * per_sm)
+        for s in (stages, 3, 4)
+    ]
+    fits = [p for p in plans if p[2] * 2 * p[0] * n * itemsize * p[1] <= 200 << 10]
+    return list(dict.fromkeys(fits))
+
+
+def part_tmastride(rows):
+    """The TMA backward with its row tiles dealt grid-stride (``BackwardConfig.strided``) against
+    the heuristic's contiguous blocks, at every BWD_TMA width over M, backward alone in graph
+    mode (sum finish included), the heuristic timed first and last; dx against the heuristic's
+    (the same per-row math: expected 0)."""
+    for (n, itemsize), _plan in config.BWD_TMA.items():
+        dtype = torch.bfloat16 if itemsize == 2 else torch.float32
+        for m in _stride_ms(n):
+            inputs = _bwd_inputs(m, n, dtype)
+            x, w, dy, rstd, _ = inputs
+            base = backward_config(m, n, 0, itemsize=itemsize, tma=True)
+            dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
+            _bwd_record(rows, "tmastride", m, n, f"heuristic {dtype}", base, inputs, dx0)
+            for plan in _stride_plans(n, itemsize):
+                cfg = config._tma_backward_config(m, n, 0, plan, None, strided=True)
+                name = "strided rows={} per_sm={} st={} w={} ".format(*plan) + str(dtype)
+                _bwd_record(rows, "tmastride", m, n, name, cfg, inputs, dx0)
+            _bwd_record(rows, "tmastride", m, n, f"heuristic again {dtype}", base, inputs, dx0)
+            inputs = x = w = dy = rstd = dx0 = None
+            torch.cuda.empty_cache()
 
 
 def part_ctas(rows):

@@ -208,6 +208,33 @@ BWD_TMA = {
     (4096, 2): (1, 1, 4, 4),
     (8192, 2): (1, 1, 3, 8),
 }
+#: BWD_TMA widths whose programs take their row tiles grid-stride (BackwardConfig.strided: tiles
+#: p, p + G, ... of G programs, so that they read x and dy side by side instead of G places far
+#: apart): (fewest rows, programs per SM, stages), replacing the plan's two; the plan's rows per
+#: step and warps stay. Graph replay, backward alone with its sum finish, H200, Triton 3.6
+#: (tune.py part tmastride, twenty-sixth session, 2026-12-04; experiments/kernel_perf/results/
+#: h200_2026-12-04), BWD_TMA's blocks (the first of two timings) against the chosen deal, at
+#: M = 4096 / 16384 / 65536 / 131072 rows where M x N <= 64M:
+#:   bf16 1024: 11.1 / 30.7 / 106.7 us against 10.9 / 30.3 / 100.4 (the deal at the plan's 2 per
+#:   SM lost: 0.91-0.93x above 4096 rows); bf16 4096: 31.8 / 109.1 against 30.5 / 108.3; bf16
+#:   8192 (4096 / 8192 rows): 58.1 / 109.9 against 53.9 / 100.0; float32 4096: 53.9 / 203.7
+#:   against 51.8 / 191.1; float32 2048 (to 32768 rows): 29.6 / 110.1 / 208.2 against 29.4 /
+#:   107.2 / 206.3;
+#:   bf16 512 and float32 1024 from 16384 rows only: bf16 512 18.9 / 59.4 / 109.9 against 18.5 /
+#:   56.8 / 104.6, float32 1024 55.7 / 200.6 against 52.3 / 189.3; at 4096 rows they lost (10.2
+#:   against 12.3, 17.3 against 18.3: too few tiles for the larger grid).
+#: Bits: dx the blocks' exactly (the same per-row math: dx_diff 0 at all 157 timings); dweight's
+#: partials hold other rows, so its bits differ from the blocks' (within the same bound) and
+#: repeat from run to run.
+BWD_TMA_STRIDED = {
+    (512, 2): (16384, 3, 3),
+    (1024, 2): (4096, 3, 3),
+    (4096, 4): (4096, 1, 4),
+    (1024, 4): (16384, 3, 4),
+    (2048, 4): (4096, 2, 3),
+    (4096, 2): (4096, 2, 3),
+    (8192, 2): (4096, 1, 4),
+}
 #: Fewest rows for the TMA backward: the smallest M it was measured at.
 TMA_MIN_M = 4096
 #: A descriptor's box holds at most this many values per dimension (cuTensorMapEncodeTiled), so a
@@ -312,7 +339,10 @@ class BackwardConfig:
     of ``dw_columns`` columns sums it over all M rows, ``dw_rows`` rows per step (one tile per row
     only; not with the tree, clusters, TMA or several rows per step); ``pdl``: the dweight sum
     launch with programmatic dependent launch, started early by the row kernel (Hopper and
-    newer, see PDL); no value changes.
+    newer, see PDL); no value changes; ``strided`` (TMA only): program ``p`` of ``groups`` takes
+    the row tiles ``p, p + groups, ...`` instead of one block of ``rows_per_program`` rows, which
+    is then the most rows one program takes (BWD_TMA_STRIDED); dweight's bits depend on it, and
+    stay the same from run to run.
     """
 
     block: int
@@ -330,6 +360,7 @@ class BackwardConfig:
     dw_columns: int = 0
     dw_rows: int = 0
     pdl: bool = False
+    strided: bool = False
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -348,7 +379,9 @@ class BackwardConfig:
                 "BackwardConfig.groups and rows_per_program must be >= 1 "
                 f"(got {self.groups}, {self.rows_per_program})"
             )
-        if m and not (self.groups - 1) * self.rows_per_program < m <= (
+        if self.strided:
+            self._check_strided(m)
+        elif m and not (self.groups - 1) * self.rows_per_program < m <= (
             self.groups * self.rows_per_program
         ):
             raise ContractValueError(
@@ -400,6 +433,25 @@ class BackwardConfig:
                 raise ContractValueError(
                     f"BackwardConfig.tma needs 16 <= N <= {TMA_CHUNK * TMA_CHUNK} (got N={n})"
                 )
+
+    def _check_strided(self, m: int) -> None:
+        """The rules of ``strided``: TMA only, and ``groups`` programs dealt row tiles round
+        robin, each at least one, ``rows_per_program`` the most rows one of them takes."""
+        if not self.tma:
+            raise ContractValueError(
+                f"BackwardConfig.strided needs tma (got strided=True, tma={self.tma})"
+            )
+        if not m:
+            return
+        tiles = -(-m // self.rows)
+        most = -(-tiles // self.groups) * self.rows
+        if self.groups > tiles or self.rows_per_program != most:
+            raise ContractValueError(
+                "BackwardConfig.strided needs groups <= cdiv(M, rows) (no program without a "
+                "tile) and rows_per_program == cdiv(cdiv(M, rows), groups) * rows (got "
+                f"groups={self.groups}, rows_per_program={self.rows_per_program}, "
+                f"rows={self.rows}, M={m}: {tiles} tiles, rows_per_program {most})"
+            )
 
 
 def _check_block(name: str, block: int) -> None:
@@ -690,6 +742,11 @@ def _backward_geometry(
     """:func:`backward_config` before the PDL rule."""
     tma_plan = BWD_TMA.get((n, itemsize)) if tma and not float64 and m >= TMA_MIN_M else None
     if tma_plan is not None and device_index is not None:
+        stride = BWD_TMA_STRIDED.get((n, itemsize))
+        if stride is not None and m >= stride[0]:
+            rows, _, _, warps = tma_plan
+            plan = (rows, stride[1], stride[2], warps)
+            return _tma_backward_config(m, n, device_index, plan, per_sm, strided=True)
         return _tma_backward_config(m, n, device_index, tma_plan, per_sm)
     if n in BWD_CLUSTERS and not float64 and clusters_here(device_index):
         return _cluster_backward_config(m, n, device_index, per_sm)
@@ -746,18 +803,39 @@ def _backward_geometry(
 
 
 def _tma_backward_config(
-    m: int, n: int, device_index: int, plan: tuple[int, int, int, int], per_sm: int | None
+    m: int,
+    n: int,
+    device_index: int,
+    plan: tuple[int, int, int, int],
+    per_sm: int | None,
+    strided: bool = False,
 ) -> BackwardConfig:
     """The BWD_TMA entry ``plan`` for ``m`` rows of ``n``: a persistent grid whose programs own
-    whole tiles, with the sum finish."""
+    whole tiles (one block of them each, or ``strided``: dealt round robin), with the sum
+    finish."""
     rows, plan_per_sm, stages, warps = plan
     groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm)
     groups = max(1, min(groups, DW_SCRATCH_BYTES // (n * 8)))
-    rows_per_program = triton.cdiv(triton.cdiv(m, groups), rows) * rows
-    groups = triton.cdiv(m, rows_per_program)
+    if strided:
+        tiles = triton.cdiv(m, rows)
+        groups = min(groups, tiles)  # no program without a tile
+        rows_per_program = triton.cdiv(tiles, groups) * rows  # the most one program takes
+    else:
+        rows_per_program = triton.cdiv(triton.cdiv(m, groups), rows) * rows
+        groups = triton.cdiv(m, rows_per_program)
     dw_float64 = m * n <= F64_ROWS_MAX_ELEMS
     return BackwardConfig(
-        n, True, groups, rows_per_program, warps, False, dw_float64, stages, rows=rows, tma=True
+        n,
+        True,
+        groups,
+        rows_per_program,
+        warps,
+        False,
+        dw_float64,
+        stages,
+        rows=rows,
+        tma=True,
+        strided=strided,
     )
 
 

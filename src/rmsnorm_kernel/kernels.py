@@ -846,6 +846,7 @@ def rmsnorm_backward_tma_kernel(
     STAGES: tl.constexpr,  # software pipelining depth of the step loop
     TREE: tl.constexpr,
     FANOUT: tl.constexpr,
+    STRIDED: tl.constexpr,  # row tiles pid, pid + groups, ... (else one block of tiles each)
     PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
 ):
     """:func:`rmsnorm_backward_rows_kernel` with its x / dy loads and dx stores through tensor
@@ -853,21 +854,31 @@ def rmsnorm_backward_tma_kernel(
     instead of one ``cp.async`` per 16 bytes per thread, which frees issue slots and registers
     for the math of short rows. A row tile past M is read as zeros and its store is clipped.
 
+    Program ``pid`` takes the ``rows_per_program / ROWS`` consecutive row tiles from
+    ``pid * rows_per_program``, or with ``STRIDED`` the tiles ``pid, pid + groups, ...``: the
+    programs then read x and dy side by side instead of ``groups`` places far apart
+    (``config.BWD_TMA_STRIDED``). Either way each program adds its own rows in one fixed order.
+
     Row coordinates are int32 (a descriptor's); M < 2**31 rows, whatever M * N.
     """
     _pdl_prologue(PDL)
     pid = tl.program_id(0)
     groups = tl.num_programs(0)
     offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
-    row_start = pid * rows_per_program
-    row_end = tl.minimum(row_start + rows_per_program, M)
+    tiles = tl.cdiv(M, ROWS)
+    if STRIDED:
+        start, end, step = pid, tiles, groups
+    else:
+        start = pid * (rows_per_program // ROWS)
+        end, step = tl.minimum(start + rows_per_program // ROWS, tiles), 1
     cols = tl.arange(0, BLOCK)
     if HAS_WEIGHT:
         w = tl.load(W + cols * stride_w).to(ACC) + offset
     dw = tl.zeros([ROWS, BLOCK], dtype=DW_ACC)
-    for first in tl.range(row_start, row_end, ROWS, num_stages=STAGES):
+    for tile in tl.range(start, end, step, num_stages=STAGES):
+        first = tile * ROWS
         rows = first + tl.arange(0, ROWS)
-        row_mask = rows < row_end
+        row_mask = rows < M  # a program's tiles end at a multiple of ROWS or at M
         x_raw = tl.reshape(X_DESC.load([first, 0, 0]), [ROWS, BLOCK])
         x = x_raw.to(ACC)
         rows64 = rows[:, None].to(tl.int64)

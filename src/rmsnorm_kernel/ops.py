@@ -411,7 +411,7 @@ def launch_backward(
             offsets,
             flags
             + (n // min(n, TMA_CHUNK), min(n, TMA_CHUNK), config.rows, config.stages, tree)
-            + (config.fanout, pdl),
+            + (config.fanout, config.strided, pdl),
             config.num_warps,
             1,
             index,

@@ -97,6 +97,69 @@ def test_tma_backward_matches_oracle_and_pointer_kernel(m, n, rows, groups, tree
         assert_close(got, dw_ref, dtype, f"dweight with {how}")
 
 
+def _strided_config(m, n, groups, rows, **fields):
+    tiles = triton.cdiv(m, rows)
+    return dataclasses.replace(
+        _tma_config(m, n, groups, rows, **fields),
+        groups=groups,
+        rows_per_program=triton.cdiv(tiles, groups) * rows,
+        strided=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "rows", "groups", "tree"),
+    [
+        (37, 512, 4, 3, False),  # 10 tiles over 3 programs: 4, 3, 3; the last tile past M
+        (40, 16, 2, 6, True),  # 20 tiles over 6 programs, the tree finish
+        (9, 1024, 1, 9, False),  # one tile per program, rows wider than a box
+        (5, 64, 8, 1, False),  # one program, one tile larger than M
+    ],
+)
+@pytest.mark.parametrize("features", ["weight", "llama+dh"])
+def test_strided_tma_backward_matches_oracle_and_blocks(m, n, rows, groups, tree, features):
+    """Row tiles dealt round robin (``strided``): dx as the block deal's bit for bit (the same
+    per-row math), dweight against the oracle and bitwise repeatable."""
+    dtype = torch.float32
+    x, dy, w = _inputs(m, n, dtype, seed=1)
+    llama = features == "llama+dh"
+    dh = torch.randn(m, n, device=DEVICE, dtype=dtype) if llama else None
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype, llama=llama)
+    cfg = _strided_config(m, n, groups, rows, tree=tree)
+    run = lambda c: ops.launch_backward(dy, x, w, rstd, 0.0, dh, dtype, llama=llama, config=c)
+    dx, dw = run(cfg)
+    dx_blocks, _ = run(_tma_config(m, n, groups, rows, tree=tree))
+    assert torch.equal(dx, dx_blocks)
+    dx1, dw1 = run(cfg)
+    assert torch.equal(dx1, dx) and torch.equal(dw1, dw)
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    if llama:
+        dx_ref = dx_ref + dh.double()
+        dw_ref = (dy.double() * (x.float() * rstd[:, None]).to(dtype).double()).sum(0)
+    assert_close(dx, dx_ref, dtype, f"dx with {cfg}")
+    assert_close(dw, dw_ref, dtype, f"dweight with {cfg}")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (dict(tma=False), r"strided needs tma"),
+        (dict(groups=11), r"strided needs groups <= cdiv\(M, rows\)"),  # 10 tiles
+        (dict(rows_per_program=12), r"rows_per_program == cdiv\(cdiv\(M, rows\), groups\)"),
+    ],
+)
+def test_strided_config_rules_are_named(change, message, monkeypatch):
+    m, n = 40, 64
+    x, dy, w = _inputs(m, n, torch.float32)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    cfg = dataclasses.replace(_strided_config(m, n, 3, 4), **change)
+    launched = []
+    monkeypatch.setitem(vars(ops.BACKWARD_TMA), "launch", lambda *a, **k: launched.append(a))
+    with pytest.raises(ContractValueError, match=message):
+        ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+    assert not launched
+
+
 def test_tma_reads_row_strided_views():
     """Rows a padded row stride apart (16-byte aligned): read in place through the descriptor."""
     m, n = 12, 64
@@ -173,11 +236,18 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
     config.backward_config.cache_clear()
     try:
         for (n, itemsize), (rows, per_sm, stages, warps) in config.BWD_TMA.items():
-            cfg = config.backward_config(config.TMA_MIN_M * 4, n, 0, itemsize=itemsize, tma=True)
-            assert cfg.tma and cfg.block == n and cfg.rows == rows and cfg.stages == stages
-            assert cfg.num_warps == warps and not cfg.tree
-            assert cfg.rows_per_program % rows == 0 and cfg.groups <= 132 * per_sm
-            cfg.check(config.TMA_MIN_M * 4, n)
+            first, stride_per_sm, stride_stages = config.BWD_TMA_STRIDED.get(
+                (n, itemsize), (None, None, None)
+            )
+            for m in (config.TMA_MIN_M, config.TMA_MIN_M * 4 + 3, 1 << 20):
+                cfg = config.backward_config(m, n, 0, itemsize=itemsize, tma=True)
+                strided = first is not None and m >= first
+                assert cfg.tma and cfg.block == n and cfg.rows == rows and cfg.strided == strided
+                assert cfg.num_warps == warps and not cfg.tree
+                assert cfg.stages == (stride_stages if strided else stages)
+                assert cfg.groups <= 132 * (stride_per_sm if strided else per_sm)
+                assert cfg.rows_per_program % rows == 0
+                cfg.check(m, n)
             # not below TMA_MIN_M rows, nor when the caller found the tensors unfit
             assert not config.backward_config(
                 config.TMA_MIN_M - 1, n, 0, itemsize=itemsize, tma=True
@@ -198,18 +268,26 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
         (16384, 2048, torch.float32),
         (8192, 4096, torch.bfloat16),
         (4096, 8192, torch.bfloat16),
+        (65539, 1024, torch.bfloat16),  # strided: 32770 tiles of 2 rows, the last one past M
+        (16387, 512, torch.float16),  # strided from 16384 rows, 4 rows a tile
+        (4099, 512, torch.bfloat16),  # blocks: under BWD_TMA_STRIDED's 16384 rows
     ],
 )
 def test_hopper_heuristic_runs_tma_and_matches_oracle(m, n, dtype):
     """On a GPU with TMA the measured shapes take the descriptor kernel; elsewhere the pointer
     kernel. Either way dx matches the oracle and dweight, a sum over M rows accumulated in
-    float32, is within the bound of any float32 summation order (as test_gpu's many-rows test)."""
+    float32, is within the bound of any float32 summation order (as test_gpu's many-rows test),
+    and repeats bit for bit."""
     x, dy, w = _inputs(m, n, dtype)
     x, w = x.requires_grad_(), w.requires_grad_()
     before = dict(ops.BACKWARD_TMA.launches)
     rk.rmsnorm(x, w, 1e-6).backward(dy)
     ran = sum(ops.BACKWARD_TMA.launches.values()) - sum(before.values())
     assert ran == (1 if config.hopper(x.device.index) else 0)
+    dx1, dw1 = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    rk.rmsnorm(x, w, 1e-6).backward(dy)
+    assert torch.equal(x.grad, dx1) and torch.equal(w.grad, dw1)
     _, _, dx_ref, _, _ = oracle(x, w, dy)
     assert_close(x.grad, dx_ref, dtype, "dx")
     assert_dweight_within_sum_bound(w.grad, x, dy)
