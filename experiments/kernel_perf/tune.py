@@ -19,8 +19,8 @@ Parts:
 - rowsbwd32: the same on float32 rows (ROWS32).
 - fwdmid: the forward at 1024-8192 columns (FWD_MID): the several-rows kernel at 1-4 rows x
          warps, and one row per program x warps, beside the default.
-- narrow: short rows (NARROW, 256-1024): forward rows kernel at rows x warps, several-rows
-         backward at rows x warps x programs per SM.
+- narrow: short rows (NARROW, 256-1024, or env NARROW): forward rows kernel at rows x warps,
+         several-rows backward at rows x warps x programs per SM.
 - bwdq:  the backward on quack's shapes (16384x4096, 65536x1024, 4096x4096 bf16) in graph mode:
          programs per SM x warps, the dweight finish, pipelining stages.
 - wide:  the backward at 4096-16384 columns (WIDE) in graph mode: programs per SM x warps x
@@ -52,6 +52,8 @@ Parts:
 - tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
 - tmastride: the TMA backward's row tiles dealt grid-stride (BackwardConfig.strided) against
          the heuristic's blocks, at every BWD_TMA width over M, dx checked against it.
+- tmanew: the TMA backward, blocks and grid-stride, at widths BWD_TMA does not take (TMA_NEW:
+         256 bf16, 512 float32) over M, beside the heuristic, dx checked against it.
 - columns: small M, the backward's column-strip finish (BackwardConfig.dw_columns: one launch,
          no partials) against the heuristic (COLUMNS), graph time and eager host cost.
 - colrule: backward alone around the column-strip rule (COLUMNS_MAX_ELEMS; COLRULE): the
@@ -487,6 +489,10 @@ def part_fwdmid(rows):
 #: Shapes of part narrow: short rows where Inductor / quack lead (bench 2026-11-30, session 23:
 #: 131072 x 512 fwd 68.8 us vs 64.9, fwd+bwd 191.0 vs 174.6; 65536 x 1024 193.2 vs 175.1).
 NARROW = [(262144, 256), (131072, 512), (65536, 1024)]
+#: ``NARROW="MxN,..."`` replaces them (bf16), e.g. the per-head q/k norms of Qwen3 (N = 128):
+#: 524288 x 128 trailed compile 0.44x fwd+bwd (twenty-eighth session, model-width bench).
+if os.environ.get("NARROW"):
+    NARROW = [tuple(map(int, item.split("x"))) for item in os.environ["NARROW"].split(",")]
 
 
 def part_narrow(rows):
@@ -497,8 +503,8 @@ def part_narrow(rows):
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-        for tile_rows in (1, 2, 4, 8, 16, 32):
-            for warps in (1, 2, 4, 8):
+        for tile_rows in (1, 2, 4, 8, 16, 32, 64, 128):
+            for warps in (1, 2, 4, 8, 16):
                 if tile_rows * n > 16384 or tile_rows * n < 32 * warps:
                     continue
                 cfg = ForwardConfig(n, tile_rows, warps)
@@ -507,14 +513,19 @@ def part_narrow(rows):
         inputs = _bwd_inputs(m, n)
         base = backward_config(m, n, 0)
         _bwd_record(rows, "narrow", m, n, "bwd default", base, inputs)
-        for tile_rows in (2, 4, 8):
+        for tile_rows in (2, 4, 8, 16, 32):
             for warps in (2, 4, 8):
+                if tile_rows * n > 8192 or tile_rows * n < 32 * warps:
+                    continue
                 for per_sm in (4, 8, 16):
                     cfg = dataclasses.replace(
                         _grid(m, n, sm * per_sm, base), rows=tile_rows, num_warps=warps, stages=3
                     )
                     name = f"bwd rows={tile_rows} w={warps} per_sm={per_sm}"
                     _bwd_record(rows, "narrow", m, n, name, cfg, inputs)
+                    if cfg.tree:  # the default's finish is the tree: the sum finish beside it
+                        cfg = dataclasses.replace(cfg, tree=False, dw_float64=False)
+                        _bwd_record(rows, "narrow", m, n, name + " sum", cfg, inputs)
         del inputs
 
 
@@ -1519,6 +1530,50 @@ def part_tmastride(rows):
             _bwd_record(rows, "tmastride", m, n, f"heuristic again {dtype}", base, inputs, dx0)
             inputs = x = w = dy = rstd = dx0 = None
             torch.cuda.empty_cache()
+
+
+#: Shapes of part tmanew: widths BWD_TMA does not take, where the bench's fwd+bwd still trails
+#: (twenty-sixth session, curves: 262144 x 256 bf16 0.98x quack, 0.95x compile), and float32
+#: 512 (tmacand: 0.74-0.97x the pointers below 131072 rows with blocks). ``TMA_NEW="MxN:dtype,..."``
+#: replaces them.
+TMA_NEW = [(m, 256, torch.bfloat16) for m in (16384, 65536, 262144)]
+TMA_NEW += [(m, 512, torch.float32) for m in (16384, 65536, 131072)]
+if os.environ.get("TMA_NEW"):
+    TMA_NEW = [
+        (int(shape.split("x")[0]), int(shape.split("x")[1]), getattr(torch, dtype))
+        for shape, dtype in (item.split(":") for item in os.environ["TMA_NEW"].split(","))
+    ]
+
+
+def _new_plans(n, itemsize):
+    """(rows, per_sm, stages, warps) for part tmanew: tiles of 4-16 rows, 2-8 programs per SM
+    (or ``TMA_NEW_PLANS``), the programs of one SM within ~200 KB of shared memory, as
+    _stride_plans."""
+    plans = [(r, p, s, 4) for r in (4, 8, 16) for p in (2, 4, 6, 8) for s in (3, 4)]
+    if os.environ.get("TMA_NEW_PLANS"):  # "rows,per_sm,stages,warps;..." replaces them
+        plans = [tuple(map(int, p.split(","))) for p in os.environ["TMA_NEW_PLANS"].split(";")]
+    return [p for p in plans if p[2] * 2 * p[0] * n * itemsize * p[1] <= 200 << 10]
+
+
+def part_tmanew(rows):
+    """The TMA backward, both deals (blocks and grid-stride), at widths BWD_TMA does not take
+    (TMA_NEW), against the heuristic (timed first and last), backward alone in graph mode with
+    its sum finish; dx against the heuristic's (the same per-row math: expected 0)."""
+    for m, n, dtype in TMA_NEW:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        base = backward_config(m, n, 0, itemsize=dtype.itemsize, tma=True)
+        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
+        _bwd_record(rows, "tmanew", m, n, f"heuristic {dtype}", base, inputs, dx0)
+        for plan in _new_plans(n, dtype.itemsize):
+            for strided in (False, True):
+                cfg = config._tma_backward_config(m, n, 0, plan, None, strided=strided)
+                deal = "strided" if strided else "blocks"
+                name = f"{deal} rows={{}} per_sm={{}} st={{}} w={{}} ".format(*plan) + str(dtype)
+                _bwd_record(rows, "tmanew", m, n, name, cfg, inputs, dx0)
+        _bwd_record(rows, "tmanew", m, n, f"heuristic again {dtype}", base, inputs, dx0)
+        inputs = x = w = dy = rstd = dx0 = None
+        torch.cuda.empty_cache()
 
 
 def part_ctas(rows):

@@ -102,7 +102,13 @@ BWD_WARPS = {8192: 4, 16384: 8}
 #: float32 rows (part rowsbwd32, 32M elements): 32768 x 1024 2 rows, 8 per SM, 3 stages 117.0 us
 #: vs 127.9 one row; 65536 x 512 4 rows 112.4 vs 117.9; 256 columns within 3% (110.9 vs 114.0):
 #: one row per step there.
+#: 128 and 64 columns (the per-head q/k norms of Qwen3-style models; tune.py part narrow,
+#: twenty-eighth session, 2026-12-04, experiments/kernel_perf/results/h200_2026-12-04c): 16 rows
+#: per step, 4 per SM, 3 stages, the tree: 524288 x 128 120.8 us vs 383.1 one row per step,
+#: 65536 x 128 25.8 vs 58.2, 1048576 x 64 120.2 vs 717.1 (the pointer kernels' figures: a
+#: Hopper GPU takes BWD_TMA there).
 BWD_ROWS = {(256, 2): (4, 4, 3), (512, 2): (4, 8, 3), (512, 4): (4, 8, 3), (1024, 4): (2, 8, 3)}
+BWD_ROWS |= {(128, 2): (16, 4, 3), (64, 2): (16, 4, 3)}
 #: Warps of that kernel: every BWD_ROWS entry was measured at 4 (tiles of 1024-2048 values).
 BWD_ROWS_WARPS = 4
 #: Small M with the sum finish: at least this many rows per program, so the float64 partials
@@ -207,7 +213,25 @@ BWD_TMA = {
     (2048, 4): (1, 2, 3, 4),
     (4096, 2): (1, 1, 4, 4),
     (8192, 2): (1, 1, 3, 8),
+    (256, 2): (16, 1, 3, 4),
+    (512, 4): (4, 2, 3, 4),
+    (128, 2): (32, 2, 3, 4),
+    (64, 2): (64, 2, 3, 4),
 }
+#: 128 and 64 bf16 columns joined 2026-12-04 (twenty-eighth session; tune.py part tmanew,
+#: experiments/kernel_perf/results/h200_2026-12-04c: 12 plans, both deals), grid-stride from
+#: TMA_MIN_M: 128 columns at 16384 / 65536 / 524288 rows 19.5 / 58.5 / 383.6 us (the pointer
+#: heuristic then) against 10.1 / 16.9 / 102.0 (32 rows a tile, 2 per SM; best plans 9.5 / 16.8
+#: / 102.0); 64 columns, measured at 1048576 rows only: 717.8 against 100.4 (64 rows, 2 per SM).
+#: Joined 2026-12-04 (twenty-seventh session; tune.py part tmanew, experiments/kernel_perf/
+#: results/h200_2026-12-04b/tmanew2.json: 26 plans, blocks and grid-stride, dx identical to the
+#: pointers'; the pointer figures from 16384 rows are the first sweep's, its JSON lost),
+#: each against the heuristic's pointer kernel, backward alone with its sum finish, graph
+#: replay. bf16 256 columns at 4096 / 8192 / 16384 / 65536 / 262144 rows: 16.7 / 17.6 / 19.6 /
+#: 44.0 / 122.3 us against 7.8 / 9.9 (16 rows a tile, 1 program per SM, blocks) and 13.4 /
+#: 32.6 / 103.0 (grid-stride, 2 per SM, BWD_TMA_STRIDED); float32 512 columns at 4096 / 8192 /
+#: 16384 / 65536 / 131072 rows: 21.2 / 27.9 / 39.4 / 112.9 / 217.4 against 9.3 / 15.9 / 29.4 /
+#: 99.7 / 201.4 (4 rows, grid-stride, 2 per SM; the blocks 9.4 / 16.5 / 30.2 / 109.3 / 213.3).
 #: BWD_TMA widths whose programs take their row tiles grid-stride (BackwardConfig.strided: tiles
 #: p, p + G, ... of G programs, so that they read x and dy side by side instead of G places far
 #: apart): (fewest rows, programs per SM, stages), replacing the plan's two; the plan's rows per
@@ -234,9 +258,21 @@ BWD_TMA_STRIDED = {
     (2048, 4): (4096, 2, 3),
     (4096, 2): (4096, 2, 3),
     (8192, 2): (4096, 1, 4),
+    (256, 2): (16384, 2, 3),
+    (512, 4): (4096, 2, 3),
+    (128, 2): (4096, 2, 3),
+    (64, 2): (4096, 2, 3),
 }
 #: Fewest rows for the TMA backward: the smallest M it was measured at.
 TMA_MIN_M = 4096
+
+
+def tma_from(n: int, itemsize: int) -> int | None:
+    """Fewest rows from which the heuristic takes the TMA backward for rows of ``n`` values of
+    ``itemsize`` bytes (TMA_MIN_M), or None where BWD_TMA has no plan."""
+    return TMA_MIN_M if (n, itemsize) in BWD_TMA else None
+
+
 #: A descriptor's box holds at most this many values per dimension (cuTensorMapEncodeTiled), so a
 #: row is viewed as (N / TMA_CHUNK, TMA_CHUNK) when wider.
 TMA_CHUNK = 256
@@ -740,7 +776,10 @@ def _backward_geometry(
     tma: bool,
 ) -> BackwardConfig:
     """:func:`backward_config` before the PDL rule."""
-    tma_plan = BWD_TMA.get((n, itemsize)) if tma and not float64 and m >= TMA_MIN_M else None
+    first = tma_from(n, itemsize)
+    tma_plan = None
+    if tma and not float64 and first is not None and m >= first:
+        tma_plan = BWD_TMA[(n, itemsize)]
     if tma_plan is not None and device_index is not None:
         stride = BWD_TMA_STRIDED.get((n, itemsize))
         if stride is not None and m >= stride[0]:

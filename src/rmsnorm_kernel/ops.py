@@ -19,14 +19,12 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from . import kernels
 from .backend import BACKEND
 from .config import (
-    BWD_TMA,
     INTERPRETER_SUM_BLOCK_N,
     ROW_DOT_BLOCK,
     ROW_DOT_WARPS,
     SUM_BLOCK_G,
     SUM_BLOCK_N,
     TMA_CHUNK,
-    TMA_MIN_M,
     TMA_PIPELINED_MIN_BYTES,
     BackwardConfig,
     ForwardConfig,
@@ -35,6 +33,7 @@ from .config import (
     forward_config,
     hopper,
     stores_rstd,
+    tma_from,
 )
 from .contract import ContractValueError, check_contract
 from .launch import CachedKernel
@@ -332,10 +331,11 @@ def launch_backward(
     index = _device_index(x2)
     if config is None:
         itemsize = max(x2.element_size(), dy2.element_size())
+        first = tma_from(n, itemsize)  # None: no TMA plan for this width
         tma = (
             index is not None
-            and m >= TMA_MIN_M
-            and (n, itemsize) in BWD_TMA
+            and first is not None
+            and m >= first
             and dx.dtype in _TMA_DTYPES
             and hopper(index)
             and tma_ready(x2, sx)

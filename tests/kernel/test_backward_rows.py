@@ -55,6 +55,22 @@ def test_rows_backward_matches_oracle(m, n, rows, tree, dtype, device):
         assert torch.equal(dw, first)
 
 
+@pytest.mark.parametrize("tree", [False, True], ids=["sum_launch", "in_launch_tree"])
+@pytest.mark.parametrize("m,n", [(37, 100), (41, 64)])
+def test_sixteen_row_tiles_of_short_rows_match_oracle(m, n, tree, device):
+    """BWD_ROWS's plan at 64 / 128 columns (16 rows a step): 3 programs of 16 rows, the last
+    tile past M, and (n = 100) a row narrower than its 128-wide block."""
+    x = torch.randn(m, n, device=device, dtype=torch.float16)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(torch.float16)
+    dy = torch.randn(m, n, device=device, dtype=torch.float16)
+    cfg = _config(m, n, x, 16, tree, rows_per_program=16)
+    _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
+    dx, dw = _backward(x, w, dy, cfg)
+    assert_close(dx, dx_ref, torch.float16, f"dx, {cfg}")
+    assert_close(dw, dw_ref, torch.float16, f"dweight, {cfg}")
+    assert torch.equal(dw, _backward(x, w, dy, cfg)[1])
+
+
 @pytest.mark.parametrize("rows", [2, 8])
 def test_rows_backward_without_weight_with_dh(rows, device):
     """No weight (no dweight, u = dy) and the gradient of a returned x + residual added to dx;

@@ -92,6 +92,11 @@ def test_several_rows_per_step_only_where_measured(h200):
     assert config.backward_config(65536, 1024, 0, itemsize=2).rows == 1  # 16-bit: no gain
     assert config.backward_config(2048, 256, 0).rows == 1  # small M: its own grid
     assert config.backward_config(4096, 256, 0).rows == 4  # a few steps per program still
+    # per-head q/k norms (the pointer kernel's plan: a Hopper GPU with TMA takes BWD_TMA)
+    assert config.backward_config(524288, 128, 0).rows == 16  # 120.8 us vs 383.1
+    assert config.backward_config(1048576, 64, 0).rows == 16  # 120.2 us vs 717.1
+    assert config.backward_config(524288, 128, 0, itemsize=2, tma=True).rows == 32  # BWD_TMA
+    assert config.backward_config(524288, 128, 0, itemsize=4).rows == 1  # float32: not measured
 
 
 def test_forward_warps_of_one_row(h200):

@@ -65,7 +65,8 @@ def _run(x, w, dy, pdl):
     index = x.device.index
     fcfg = dataclasses.replace(config.forward_config(m, n, index), pdl=pdl)
     y, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, x.dtype, config=fcfg)
-    tma = ops.tma_ready(x, n) and m >= config.TMA_MIN_M and (n, x.element_size()) in config.BWD_TMA
+    least = config.tma_from(n, x.element_size())
+    tma = ops.tma_ready(x, n) and least is not None and m >= least
     bcfg = config.backward_config(m, n, index, itemsize=x.element_size(), tma=tma)
     bcfg = dataclasses.replace(bcfg, pdl=pdl)
     dx, dw = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=bcfg)

@@ -114,6 +114,9 @@ def _strided_config(m, n, groups, rows, **fields):
         (40, 16, 2, 6, True),  # 20 tiles over 6 programs, the tree finish
         (9, 1024, 1, 9, False),  # one tile per program, rows wider than a box
         (5, 64, 8, 1, False),  # one program, one tile larger than M
+        (70, 256, 16, 3, False),  # BWD_TMA's 256-column plan: 5 tiles of 16, the last 6 rows
+        (101, 128, 32, 2, True),  # the 128-column plan: 4 tiles of 32, the last 5 rows
+        (130, 64, 64, 2, False),  # the 64-column plan: 3 tiles, the last 2 rows
     ],
 )
 @pytest.mark.parametrize("features", ["weight", "llama+dh"])
@@ -239,7 +242,9 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
             first, stride_per_sm, stride_stages = config.BWD_TMA_STRIDED.get(
                 (n, itemsize), (None, None, None)
             )
-            for m in (config.TMA_MIN_M, config.TMA_MIN_M * 4 + 3, 1 << 20):
+            least = config.tma_from(n, itemsize)
+            assert least >= config.TMA_MIN_M
+            for m in (least, least * 4 + 3, 1 << 20):
                 cfg = config.backward_config(m, n, 0, itemsize=itemsize, tma=True)
                 strided = first is not None and m >= first
                 assert cfg.tma and cfg.block == n and cfg.rows == rows and cfg.strided == strided
@@ -248,12 +253,11 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
                 assert cfg.groups <= 132 * (stride_per_sm if strided else per_sm)
                 assert cfg.rows_per_program % rows == 0
                 cfg.check(m, n)
-            # not below TMA_MIN_M rows, nor when the caller found the tensors unfit
-            assert not config.backward_config(
-                config.TMA_MIN_M - 1, n, 0, itemsize=itemsize, tma=True
-            ).tma
-            assert not config.backward_config(config.TMA_MIN_M * 4, n, 0, itemsize=itemsize).tma
+            # not below the width's fewest rows, nor when the caller found the tensors unfit
+            assert not config.backward_config(least - 1, n, 0, itemsize=itemsize, tma=True).tma
+            assert not config.backward_config(least * 4, n, 0, itemsize=itemsize).tma
         assert not config.backward_config(65536, 2048, 0, itemsize=2, tma=True).tma  # not measured
+        assert config.tma_from(2048, 2) is None and config.tma_from(256, 4) is None
     finally:
         config.backward_config.cache_clear()
 
@@ -271,19 +275,25 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
         (65539, 1024, torch.bfloat16),  # strided: 32770 tiles of 2 rows, the last one past M
         (16387, 512, torch.float16),  # strided from 16384 rows, 4 rows a tile
         (4099, 512, torch.bfloat16),  # blocks: under BWD_TMA_STRIDED's 16384 rows
+        (262147, 256, torch.bfloat16),  # strided, 16 rows a tile, the last one 3 rows
+        (4101, 512, torch.float32),  # strided from 4096 rows at this width
+        (16383, 256, torch.float16),  # blocks: one row under BWD_TMA_STRIDED's 16384
+        (524291, 128, torch.bfloat16),  # q/k norms: strided, 32 rows a tile, the last 3 rows
+        (4099, 64, torch.bfloat16),
     ],
 )
 def test_hopper_heuristic_runs_tma_and_matches_oracle(m, n, dtype):
-    """On a GPU with TMA the measured shapes take the descriptor kernel; elsewhere the pointer
-    kernel. Either way dx matches the oracle and dweight, a sum over M rows accumulated in
-    float32, is within the bound of any float32 summation order (as test_gpu's many-rows test),
-    and repeats bit for bit."""
+    """On a GPU with TMA the measured shapes take the descriptor kernel (from the width's fewest
+    rows); elsewhere the pointer kernel. Either way dx matches the oracle and dweight, a sum
+    over M rows accumulated in float32, is within the bound of any float32 summation order (as
+    test_gpu's many-rows test), and repeats bit for bit."""
     x, dy, w = _inputs(m, n, dtype)
     x, w = x.requires_grad_(), w.requires_grad_()
     before = dict(ops.BACKWARD_TMA.launches)
     rk.rmsnorm(x, w, 1e-6).backward(dy)
     ran = sum(ops.BACKWARD_TMA.launches.values()) - sum(before.values())
-    assert ran == (1 if config.hopper(x.device.index) else 0)
+    least = config.tma_from(n, dtype.itemsize)
+    assert ran == (1 if config.hopper(x.device.index) and m >= least else 0)
     dx1, dw1 = x.grad.clone(), w.grad.clone()
     x.grad = w.grad = None
     rk.rmsnorm(x, w, 1e-6).backward(dy)
