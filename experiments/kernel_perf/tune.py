@@ -1472,22 +1472,29 @@ def _deep_plans(n, itemsize):
     return list(dict.fromkeys(fits))
 
 
+def _tma_heuristic(rows, part, m, n, dtype):
+    """Inputs of one shape and the heuristic's backward (the TMA one where it applies), timed
+    and recorded: ``(inputs, its config, its dx)``, the dx the variants are checked against."""
+    inputs = _bwd_inputs(m, n, dtype)
+    x, w, dy, rstd, _ = inputs
+    base = backward_config(m, n, 0, itemsize=dtype.itemsize, tma=True)
+    dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
+    _bwd_record(rows, part, m, n, f"heuristic {dtype}", base, inputs, dx0)
+    return inputs, base, dx0
+
+
 def part_tmadeep(rows):
     """The package's TMA backward with deeper pipelines (more stages) around BWD_TMA's plans,
     backward alone in graph mode, the heuristic timed first and last (drift); dx against the
     heuristic's (the same per-row math: expected 0)."""
     for m, n, dtype in TMA_DEEP:
-        inputs = _bwd_inputs(m, n, dtype)
-        x, w, dy, rstd, _ = inputs
-        base = backward_config(m, n, 0, itemsize=dtype.itemsize, tma=True)
-        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
-        _bwd_record(rows, "tmadeep", m, n, f"heuristic {dtype}", base, inputs, dx0)
+        inputs, base, dx0 = _tma_heuristic(rows, "tmadeep", m, n, dtype)
         for plan in _deep_plans(n, dtype.itemsize):
             cfg = config._tma_backward_config(m, n, 0, plan, None)
             name = "tma rows={} per_sm={} st={} w={} ".format(*plan) + str(dtype)
             _bwd_record(rows, "tmadeep", m, n, name, cfg, inputs, dx0)
         _bwd_record(rows, "tmadeep", m, n, f"heuristic again {dtype}", base, inputs, dx0)
-        inputs = x = w = dy = rstd = dx0 = None
+        inputs = dx0 = None
 
 
 def _stride_ms(n):
@@ -1560,11 +1567,7 @@ def part_tmanew(rows):
     (TMA_NEW), against the heuristic (timed first and last), backward alone in graph mode with
     its sum finish; dx against the heuristic's (the same per-row math: expected 0)."""
     for m, n, dtype in TMA_NEW:
-        inputs = _bwd_inputs(m, n, dtype)
-        x, w, dy, rstd, _ = inputs
-        base = backward_config(m, n, 0, itemsize=dtype.itemsize, tma=True)
-        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=base)[0]
-        _bwd_record(rows, "tmanew", m, n, f"heuristic {dtype}", base, inputs, dx0)
+        inputs, base, dx0 = _tma_heuristic(rows, "tmanew", m, n, dtype)
         for plan in _new_plans(n, dtype.itemsize):
             for strided in (False, True):
                 cfg = config._tma_backward_config(m, n, 0, plan, None, strided=strided)
@@ -1572,7 +1575,7 @@ def part_tmanew(rows):
                 name = f"{deal} rows={{}} per_sm={{}} st={{}} w={{}} ".format(*plan) + str(dtype)
                 _bwd_record(rows, "tmanew", m, n, name, cfg, inputs, dx0)
         _bwd_record(rows, "tmanew", m, n, f"heuristic again {dtype}", base, inputs, dx0)
-        inputs = x = w = dy = rstd = dx0 = None
+        inputs = dx0 = None
         torch.cuda.empty_cache()
 
 
