@@ -82,6 +82,14 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
         raise ContractValueError(f"{name} must be > 0 (got {value!r})")
 
 
+def check_real(name: str, value: object, *, positive: bool = False) -> float:
+    """``float(value)`` for a finite real (not a bool) that fits in float32 (and is > 0 where
+    ``positive``); else :class:`ContractTypeError` / :class:`ContractValueError` naming ``name``.
+    The one scalar check of this package, shared by the peer-API drop-ins."""
+    _check_real(name, value, positive=positive)
+    return float(value)
+
+
 def _check_dtype(name: str, t: torch.Tensor) -> None:
     if t.dtype not in SUPPORTED_DTYPES:
         raise ContractTypeError(f"{name} must have dtype in ({_DTYPE_NAMES}) (got {t.dtype})")

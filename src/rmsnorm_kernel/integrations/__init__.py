@@ -5,7 +5,15 @@
                     statement for statement, one of their three conventions).
 ``fused_residual``  ``patch(model, fuse_residual=True)``: Llama-style decoder layers whose
                     post-attention residual add runs inside the norm's kernel.
+``liger``           Liger-Kernel's API: ``LigerRMSNorm``, ``liger_rms_norm``,
+                    ``LigerRMSNormFunction.apply`` (casting modes llama / gemma / none).
+``apex``            NVIDIA Apex's API: ``FusedRMSNorm``, ``MixedFusedRMSNorm``, ``fused_rms_norm``,
+                    ``fused_rms_norm_affine``, ``mixed_dtype_fused_rms_norm_affine``.
+``flash_attn``      flash-attention's Triton API: ``rms_norm_fn`` and ``RMSNorm`` (residual,
+                    prenorm, residual_in_fp32, zero_centered_weight, out_dtype; no dropout).
 
 This layer builds on the kernel layer only; it never imports the experiment layer or the CLI, and
-it does not import ``transformers`` itself (it recognises the norm classes by their source).
+it does not import ``transformers`` itself (it recognises the norm classes by their source), nor
+Liger-Kernel, apex or flash-attn (their APIs are reproduced from their source, with the
+differences each module's docstring lists).
 """

@@ -1,0 +1,190 @@
+"""Liger-Kernel's RMSNorm API on this package's kernels: swap the import, keep the calls.
+
+``from rmsnorm_kernel.integrations.liger import LigerRMSNorm, liger_rms_norm, LigerRMSNormFunction``
+stands in for ``liger_kernel.transformers.rms_norm.LigerRMSNorm``,
+``liger_kernel.transformers.functional.liger_rms_norm`` and
+``liger_kernel.ops.rms_norm.LigerRMSNormFunction`` (signatures, defaults, attribute names and
+``extra_repr`` as in Liger-Kernel 0.8.5 / its main branch; Liger itself is never imported).
+
+What Liger computes (``src/liger_kernel/ops/rms_norm.py``, ``_rms_norm_forward_kernel``), and
+what runs here; ``r = rsqrt(mean(x**2) + eps)`` in float32, the output always in ``X.dtype``
+(Liger allocates ``Y`` as ``torch.empty_like(X)``, whatever W's dtype):
+
+- ``"llama"``: ``x * r`` in float32, rounded to ``X.dtype``, then times ``offset + W`` (float32
+  when W is 16-bit or float32), stored in ``X.dtype``. Here: ``rmsnorm(X, W, eps,
+  offset=offset, rounding="llama")`` (the same two roundings), cast to ``X.dtype`` where the
+  kernel's promoted dtype is wider (a float32 W beside a 16-bit X: the float32 product Liger
+  stores, rounded once, as Liger's store rounds it).
+- ``"gemma"``: everything in float32, one rounding to ``X.dtype``. Here: ``rounding="torch"``
+  with ``offset``, the same arithmetic.
+- ``"none"``: Liger computes in ``X.dtype`` itself (squares, sum, ``x * r`` and the weight
+  product rounded to 16 bits at each step for a 16-bit X). Here it is computed in float32 with
+  one rounding to ``X.dtype`` (``rounding="torch"``): more accurate than Liger's, not its bits.
+
+Where this differs from Liger (documented, not hidden):
+
+- ``in_place``: Liger's memory optimisation writes dX into dY's buffer in the backward (so the
+  upstream gradient tensor is overwritten). It is accepted and ignored here: dX is a fresh
+  tensor and the incoming gradient is never modified (the same values either way).
+- ``row_mode``: Liger's choice between its row and block kernels, a speed knob; accepted and
+  ignored (this package picks its own launch configs).
+- float64 X: Liger converts X to float32 in the llama and gemma modes; here float64 is computed
+  in float64 (more accurate).
+- A DTensor X: Liger gathers it (``full_tensor()``) and returns a plain tensor; here each rank
+  normalises its local rows and the result keeps X's placements (``rmsnorm_kernel.dtensor``).
+- :class:`LigerRMSNormFunction` is not a ``torch.autograd.Function`` subclass: it has only
+  ``apply`` (same positional order as Liger's ``forward``), which builds the autograd graph
+  through this package's own Function.
+- Errors: where Liger asserts (``AssertionError``) or fails inside Triton, these raise
+  ``ContractValueError`` / ``ContractTypeError`` (``ValueError`` / ``TypeError``) naming the
+  argument and the rule, before any output is written: an unknown ``casting_mode`` or
+  ``init_fn``, a non-real ``eps`` / ``offset`` (any finite value is taken, as Liger takes any),
+  a W whose shape is not ``(X.shape[-1],)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..contract import ContractTypeError, ContractValueError, check_contract, check_real
+from ..function import _rmsnorm
+
+#: Liger's ``_str_to_casting_mode``: names and their integer codes (both are accepted).
+CASTING_MODES = {"llama": 0, "gemma": 1, "none": -1}
+_MODE_OF_CODE = {code: name for name, code in CASTING_MODES.items()}
+
+
+def casting_mode_name(casting_mode) -> str:
+    """``"llama"`` / ``"gemma"`` / ``"none"`` for a name or Liger's integer code, else raise."""
+    if isinstance(casting_mode, str) and casting_mode in CASTING_MODES:
+        return casting_mode
+    if (
+        isinstance(casting_mode, int)
+        and not isinstance(casting_mode, bool)
+        and casting_mode in _MODE_OF_CODE
+    ):
+        return _MODE_OF_CODE[casting_mode]
+    raise ContractValueError(
+        "casting_mode must be one of 'llama', 'gemma', 'none' (or Liger's integer codes 0, 1, "
+        f"-1) (got {casting_mode!r})"
+    )
+
+
+def _forward(X, W, eps, offset, casting_mode) -> torch.Tensor:
+    """Liger's forward with every argument checked first (see the module docstring)."""
+    mode = casting_mode_name(casting_mode)
+    check_real("eps", eps)
+    check_real("offset", offset)
+    eps, offset = float(eps), float(offset)
+    if not isinstance(X, torch.Tensor):
+        raise ContractTypeError(f"X must be a torch.Tensor (got {type(X).__name__})")
+    if W is not None:
+        if not isinstance(W, torch.Tensor):
+            raise ContractTypeError(f"W must be a torch.Tensor or None (got {type(W).__name__})")
+        if X.dim() >= 1 and tuple(W.shape) != (X.shape[-1],):
+            raise ContractValueError(
+                f"W must have shape (hidden_size,) = ({X.shape[-1]},), X's last dim (got "
+                f"{tuple(W.shape)})"
+            )
+    if W is None:
+        offset = 0.0  # Liger's kernel skips ``offset + W`` when there is no weight
+    check_contract(X, W, eps, offset=offset, eps_positive=False)  # names what it refuses
+    if mode != "llama":  # gemma, none: float32 throughout, one rounding to X's dtype
+        return _rmsnorm(X, W, eps, offset, None, "torch", False)
+    if W is not None and W.dtype == torch.float64 and X.dtype != torch.float64:
+        # Liger multiplies the rounded x * r by a float64 (offset + W), then stores X's dtype.
+        normed = _rmsnorm(X, None, eps, 0.0, None, "llama", False)
+        return (normed * (W + offset)).to(X.dtype)
+    y = _rmsnorm(X, W, eps, offset, None, "llama", False)
+    return y if y.dtype == X.dtype else y.to(X.dtype)
+
+
+class LigerRMSNormFunction:
+    """``LigerRMSNormFunction.apply(X, W, eps, offset=0.0, casting_mode="llama", in_place=True,
+    row_mode=None)`` -> ``Y`` (X's shape and dtype), differentiable in X and W.
+
+    Liger's positional order. ``in_place`` and ``row_mode`` are accepted and ignored (see the
+    module docstring). Not an ``autograd.Function`` subclass: ``apply`` alone is provided.
+    """
+
+    @staticmethod
+    def apply(X, W, eps, offset=0.0, casting_mode="llama", in_place=True, row_mode=None):
+        return _forward(X, W, eps, offset, casting_mode)
+
+
+def liger_rms_norm(X, W, eps, offset: float = 0.0, casting_mode: str = "llama", in_place=True):
+    """``liger_kernel.transformers.functional.liger_rms_norm``: ``Y`` in X's shape and dtype.
+
+    ``casting_mode``: ``"llama"`` / ``"gemma"`` / ``"none"`` (or 0 / 1 / -1); ``in_place`` is
+    ignored (Liger's dX-into-dY buffer reuse). See the module docstring for each mode's rounding.
+    """
+    return _forward(X, W, eps, offset, casting_mode)
+
+
+class LigerRMSNorm(nn.Module):
+    """``liger_kernel.transformers.rms_norm.LigerRMSNorm`` on this package's kernels.
+
+    Args (Liger's, with its defaults):
+        hidden_size: the normalised last dim N.
+        eps: added to the mean square (attribute ``variance_epsilon``, as Liger and Hugging Face
+            name it).
+        offset: scale by ``offset + weight`` (Gemma: 1.0).
+        casting_mode: ``"llama"`` (default), ``"gemma"`` or ``"none"`` (module docstring).
+        init_fn: ``"ones"`` or ``"zeros"``, the weight's initial value.
+        in_place: stored, ignored (Liger's backward buffer reuse).
+        row_mode: stored, ignored (Liger's kernel choice).
+        elementwise_affine: ``False``: no weight (``weight`` is None, as in Liger).
+
+    The weight is created as Liger creates it: ``torch.ones(hidden_size)`` (default dtype and
+    device). ``state_dict`` keys (``weight``) and ``extra_repr`` are Liger's.
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        eps=1e-6,
+        offset=0.0,
+        casting_mode="llama",
+        init_fn="ones",
+        in_place=True,
+        row_mode=None,
+        elementwise_affine=True,
+    ):
+        super().__init__()
+        if init_fn not in ("ones", "zeros"):
+            raise ContractValueError(f"init_fn must be either 'ones' or 'zeros', got {init_fn!r}")
+        casting_mode_name(casting_mode)  # refused here already, not only at the first forward
+        check_real("eps", eps)
+        check_real("offset", offset)
+        self.elementwise_affine = elementwise_affine
+        if self.elementwise_affine:
+            init = torch.ones if init_fn == "ones" else torch.zeros
+            self.weight = nn.Parameter(init(hidden_size))
+        else:
+            self.register_parameter("weight", None)
+        self.variance_epsilon, self.offset, self.casting_mode, self.in_place, self.row_mode = (
+            eps,
+            offset,
+            casting_mode,
+            in_place,
+            row_mode,
+        )
+
+    def forward(self, hidden_states):
+        return LigerRMSNormFunction.apply(
+            hidden_states,
+            self.weight,
+            self.variance_epsilon,
+            self.offset,
+            self.casting_mode,
+            self.in_place,
+            self.row_mode,
+        )
+
+    def extra_repr(self):
+        shape = tuple(self.weight.shape) if self.weight is not None else None
+        return (
+            f"weight_shape={shape}, eps={self.variance_epsilon}, offset={self.offset}, "
+            f"in_place={self.in_place}, row_mode={self.row_mode}"
+        )
