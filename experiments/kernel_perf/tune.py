@@ -43,6 +43,10 @@ Parts:
          warps beside the default and Liger, interleaved rounds.
 - tmafwd: tma_forward.py's persistent descriptor (TMA) forward, rows per tile x stages x warps
          x programs per SM, beside the default (TMA_FWD shapes).
+- tmafwdnarrow: part tmafwd on short bf16 rows (TMA_FWD_NARROW: 64-512 columns, or env
+         TMA_FWD_NARROW), inference (no rstd stored), rows per tile up to 256, 1-4 per SM.
+- narrowfwd: the several-rows forward on short bf16 rows (NARROW_FWD: 64-256 columns, or env
+         NARROW_FWD), inference, rows per program x warps, the best 3 re-timed interleaved.
 - tmabwd: tma_backward.py's descriptor (TMA) backward, rows x warps x stages x programs per SM,
          beside the default (TMA_BWD shapes).
 - tmapkg: the package's TMA backward config (BWD_TMA) against the heuristic without it, 4096 to
@@ -776,23 +780,131 @@ TMA_FWD = [
 def part_tmafwd(rows):
     """Forward in graph mode: the default beside tma_forward.py's persistent descriptor (TMA)
     loop, rows per tile (2-16 KB tiles) x stages x warps x programs per SM."""
+    _tma_fwd_sweep(rows, "tmafwd", TMA_FWD, (1, 2, 4, 8), (1, 2), True)
+
+
+#: Shapes of part tmafwdnarrow: the bench's narrow curve points, where quack leads the forward
+#: (bench h200_2026-12-04d, bf16: 1048576 x 64 67.8 us vs 64.5, 524288 x 128 68.2 vs 64.5,
+#: 262144 x 256 65.4 vs 64.5, 131072 x 512 65.3 vs compile 65.0). Env ``TMA_FWD_NARROW="MxN,..."``
+#: replaces them (bf16).
+TMA_FWD_NARROW = [(1048576, 64), (524288, 128), (262144, 256), (131072, 512)]
+if os.environ.get("TMA_FWD_NARROW"):
+    TMA_FWD_NARROW = [
+        tuple(map(int, item.split("x"))) for item in os.environ["TMA_FWD_NARROW"].split(",")
+    ]
+
+
+def part_tmafwdnarrow(rows):
+    """part tmafwd on short bf16 rows (TMA_FWD_NARROW), as the bench times the forward (inference:
+    no rstd stored), rows per tile 8-256 (2-16 KB) x stages x warps x 1 / 2 / 4 programs per SM."""
+    shapes = [(m, n, torch.bfloat16) for m, n in TMA_FWD_NARROW]
+    _tma_fwd_sweep(rows, "tmafwdnarrow", shapes, (8, 16, 32, 64, 128, 256), (1, 2, 4), False)
+
+
+#: Shapes of part narrowfwd: the several-rows forward where quack leads (bench h200_2026-12-04d,
+#: inference: 1048576 x 64 67.8 us vs 64.5, 524288 x 128 68.2 vs 64.5, 262144 x 256 65.4 vs
+#: 64.5). Env ``NARROW_FWD="MxN,..."`` replaces them, ``NARROW_FWD_DTYPE`` (default bfloat16)
+#: sets their dtype, ``NARROW_FWD_RSTD=1`` times the training forward (rstd stored).
+NARROW_FWD = [(1048576, 64), (524288, 128), (262144, 256)]
+if os.environ.get("NARROW_FWD"):
+    NARROW_FWD = [tuple(map(int, item.split("x"))) for item in os.environ["NARROW_FWD"].split(",")]
+NARROW_FWD_DTYPE = getattr(torch, os.environ.get("NARROW_FWD_DTYPE", "bfloat16"))
+NARROW_FWD_RSTD = os.environ.get("NARROW_FWD_RSTD") == "1"
+#: Configs timed beside the sweep's, ``"block:rows:warps;..."`` (env NARROW_FWD_EXTRA): e.g. the
+#: heuristic before a change.
+NARROW_FWD_EXTRA = [
+    ForwardConfig(*map(int, item.split(":")))
+    for item in os.environ.get("NARROW_FWD_EXTRA", "").split(";")
+    if item
+]
+
+
+def part_narrowfwd(rows):
+    """The several-rows forward on short rows (NARROW_FWD, NARROW_FWD_DTYPE), inference (no
+    rstd; NARROW_FWD_RSTD=1: stored), as the bench times it: rows per program (tiles of
+    512-32768 values) x warps beside the default and NARROW_FWD_EXTRA; then
+    the default, the extras and each shape's 3 fastest again, 3 interleaved rounds (median)."""
+    for m, n in NARROW_FWD:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=NARROW_FWD_DTYPE)
+        w = torch.randn(n, device="cuda", dtype=NARROW_FWD_DTYPE)
+        ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
+        block = triton.next_power_of_2(n)
+        configs = [None, *(c for c in NARROW_FWD_EXTRA if c.block == block)]
+        for tile_rows in (4, 8, 16, 32, 64, 128, 256, 512):
+            for warps in (1, 2, 4, 8, 16):
+                if 512 <= tile_rows * block <= 32768 and tile_rows * block >= 256 * warps:
+                    configs.append(ForwardConfig(block, tile_rows, warps))
+        timed = {}
+        for cfg in configs:
+            name = "default" if cfg is None else f"rows={cfg.rows} w={cfg.num_warps}"
+            r = dict(part="narrowfwd", M=m, N=n, variant=name, config=repr(cfg))
+            r["dtype"], r["rstd"] = str(x.dtype), NARROW_FWD_RSTD
+            fn = functools.partial(
+                ops.launch_forward,
+                x, w, None, EPS, 0.0, x.dtype, keep_rstd=NARROW_FWD_RSTD, config=cfg,
+            )  # fmt: skip
+            try:
+                r.update(max_err=(fn()[0].float() - ref).abs().max().item())
+                r.update(us=graph_us(fn))
+                r["GBps"] = 2 * m * n * x.element_size() / r["us"] / 1e3
+                timed[name] = (fn, r["us"])
+            except Exception as e:  # noqa: BLE001 - keep sweeping, record why
+                r["error"] = repr(e)[:300]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        best = sorted((k for k in timed if k != "default"), key=lambda k: timed[k][1])[:3]
+        extra = [f"rows={c.rows} w={c.num_warps}" for c in NARROW_FWD_EXTRA if c.block == block]
+        again = {k: [] for k in dict.fromkeys(["default", *extra, *best]) if k in timed}
+        for _ in range(3):
+            for k in again:
+                again[k].append(graph_us(timed[k][0]))
+        for k, us_all in again.items():
+            r = dict(part="narrowfwd", M=m, N=n, variant=f"{k} again", runs=us_all)
+            r["us"] = sorted(us_all)[1]
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        x = w = ref = None
+
+
+def _tma_fwd_sweep(rows, part, shapes, tile_rows_all, per_sms, store_rstd):
+    """tma_forward.py's variants against the default forward (``store_rstd`` for both)."""
     import tma_forward
 
-    for m, n, dtype in TMA_FWD:
+    for m, n, dtype in shapes:
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
         ref = F.rms_norm(x.float(), (n,), w.float(), EPS)
-        _fwd_record(rows, "tmafwd", m, n, f"default {dtype}", x, w, None)
+        if store_rstd:
+            _fwd_record(rows, part, m, n, f"default {dtype}", x, w, None)
+        else:
+            r = dict(part=part, M=m, N=n, variant=f"default {dtype} no rstd")
+            fn = functools.partial(
+                ops.launch_forward, x, w, None, EPS, 0.0, x.dtype, keep_rstd=False
+            )
+            r.update(max_err=(fn()[0].float() - ref).abs().max().item())
+            us = graph_us(fn)
+            r.update(us=us, GBps=2 * m * n * x.element_size() / us / 1e3)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
         s = x.element_size()
-        for tile_rows in [r for r in (1, 2, 4, 8) if 2048 <= r * n * s <= 16384]:
+        for tile_rows in [r for r in tile_rows_all if 2048 <= r * n * s <= 16384]:
             for stages in (2, 3, 4):
                 for warps in (4, 8):
-                    for per_sm in (1, 2):
+                    for per_sm in per_sms:
                         name = f"tma {dtype} rows={tile_rows} stages={stages} w={warps}"
-                        r = dict(part="tmafwd", M=m, N=n, variant=f"{name} per_sm={per_sm}")
+                        r = dict(part=part, M=m, N=n, variant=f"{name} per_sm={per_sm}")
                         fn = functools.partial(
-                            tma_forward.launch, x, w, EPS, tile_rows, warps, stages, per_sm
+                            tma_forward.launch,
+                            x,
+                            w,
+                            EPS,
+                            tile_rows,
+                            warps,
+                            stages,
+                            per_sm,
+                            store_rstd,
                         )
                         try:
                             r.update(max_err=(fn()[0].float() - ref).abs().max().item())

@@ -41,6 +41,16 @@ ROWS_MAX_N = 1024
 #: 67.3 with 4. 256 columns keep 16 rows at 8 warps (65.0 us; 8 rows 65.6-69.2).
 ROWS_TILE = 4096
 ROWS_TILE_BY_BLOCK = {512: 2048, 1024: 2048}
+#: Blocks of 64 and 128 columns: ROWS_SHORT rows per program at ROWS_SHORT_WARPS, at most
+#: ROWS_SHORT_TILE_BYTES of x per program (tune.py part narrowfwd, twenty-ninth session,
+#: 2026-12-04, graph replay, medians of 3 interleaved rounds; the 4096-value tiles at 8 warps
+#: before): bf16 inference 1048576 x 64 64.8 us vs 68.5 (quack 64.5 in the bench), 524288 x 128
+#: 65.3 vs 68.7; bf16 with rstd stored 66.7 vs 67.0 and 65.5 vs 66.4; float32 1048576 x 64 (16
+#: rows) 127.5 vs 131.3, 524288 x 128 (8 rows: 16 took 130.8) 127.6 vs 131.8.
+ROWS_SHORT_BLOCKS = (64, 128)
+ROWS_SHORT = 16
+ROWS_SHORT_TILE_BYTES = 4096
+ROWS_SHORT_WARPS = 4
 #: Fewer rows per program while the grid would leave SMs idle: below this many programs per SM
 #: (128 x 257 in 16 programs of 8 rows took 2.1 us, one row per program 1.6).
 ROWS_MIN_PROGRAMS_PER_SM = 2
@@ -618,13 +628,15 @@ def forward_config(
     float64: bool = False,
     packable: torch.dtype | None = None,
     row_bytes: int = 0,
+    itemsize: int = 2,
 ) -> ForwardConfig:
     """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
     ``device_index`` (None: the interpreter); ``float64``: float64 math (never clustered: not
     measured); ``packable``: the rows' dtype where the packed pass could take them (16-bit rows
     and no residual; see PACKED_FORWARD), else None; ``row_bytes``: the bytes of one row of x
-    where the evict_last hint could take it (no residual; see EVICT_LAST_ROW_BYTES), else 0."""
-    config = _forward_geometry(m, n, device_index, float64, packable)
+    where the evict_last hint could take it (no residual; see EVICT_LAST_ROW_BYTES), else 0;
+    ``itemsize``: bytes of one value of x (ROWS_SHORT_TILE_BYTES)."""
+    config = _forward_geometry(m, n, device_index, float64, packable, itemsize)
     lo, hi = EVICT_LAST_ROW_BYTES
     if lo <= row_bytes <= hi and config.rows == 0 and config.ctas == 1:
         warps = max(config.num_warps, EVICT_LAST_MIN_WARPS.get(config.block, 1))
@@ -633,13 +645,22 @@ def forward_config(
 
 
 def _forward_geometry(
-    m: int, n: int, device_index: int | None, float64: bool, packable: torch.dtype | None
+    m: int,
+    n: int,
+    device_index: int | None,
+    float64: bool,
+    packable: torch.dtype | None,
+    itemsize: int,
 ) -> ForwardConfig:
     """:func:`forward_config` before the evict_last rule."""
     if n <= ROWS_MAX_N:
         block = triton.next_power_of_2(n)
-        rows = max(1, ROWS_TILE_BY_BLOCK.get(block, ROWS_TILE) // block)
-        warps = 8 if block <= 256 else 4
+        if block in ROWS_SHORT_BLOCKS:
+            rows = max(1, min(ROWS_SHORT, ROWS_SHORT_TILE_BYTES // (block * itemsize)))
+            warps = ROWS_SHORT_WARPS
+        else:
+            rows = max(1, ROWS_TILE_BY_BLOCK.get(block, ROWS_TILE) // block)
+            warps = 8 if block <= 256 else 4
         if device_index is not None:
             programs = ROWS_MIN_PROGRAMS_PER_SM * sm_count(device_index)
             while rows > 1 and -(-m // rows) < programs:

@@ -222,7 +222,9 @@ def launch_forward(
         # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
         packable = x2.dtype if half and residual2 is None else None
         row_bytes = n * x2.element_size() if residual2 is None else 0
-        config = forward_config(m, n, index, acc == torch.float64, packable, row_bytes)
+        config = forward_config(
+            m, n, index, acc == torch.float64, packable, row_bytes, x2.element_size()
+        )
     else:
         config.check(n)
         check_pdl("ForwardConfig.pdl", config.pdl, index)

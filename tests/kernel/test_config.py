@@ -114,14 +114,21 @@ def test_every_program_owns_rows_and_the_grid_depends_on_shape_only(h200):
 
 
 def test_forward_rows_per_program_of_short_rows(h200):
-    """Several rows per program up to 1024 columns: 16 x 256 at 8 warps, then 2048-value tiles
-    at 512 and 1024 (65.7 us vs 68.7 with 4096-value tiles at 131072 x 512)."""
-    got = {n: config.forward_config(1 << 20, n, 0) for n in (256, 512, 1024)}
+    """Several rows per program up to 1024 columns: 16 rows at 4 warps at 64 and 128, at most 4 KiB
+    of x (bf16 64.8 us vs 68.5 with 64 rows at 8 warps, 1048576 x 64; float32 x 128: 8 rows,
+    127.6 vs 130.8 with 16), 16 x 256 at 8 warps, then 2048-value tiles at 512 and 1024 (65.7
+    us vs 68.7 with 4096-value tiles at 131072 x 512)."""
+    got = {n: config.forward_config(1 << 20, n, 0) for n in (64, 128, 256, 512, 1024)}
     assert {n: (c.rows, c.num_warps) for n, c in got.items()} == {
+        64: (16, 4),
+        128: (16, 4),
         256: (16, 8),
         512: (4, 4),
         1024: (2, 4),
     }
+    f32 = {n: config.forward_config(1 << 20, n, 0, itemsize=4) for n in (64, 128)}
+    assert {n: (c.rows, c.num_warps) for n, c in f32.items()} == {64: (16, 4), 128: (8, 4)}
+    assert config.forward_config(1 << 20, 128, 0, True, itemsize=8).rows == 4  # float64
 
 
 def test_short_rows_at_small_m_take_the_one_row_kernel(h200):
