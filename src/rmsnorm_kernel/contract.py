@@ -44,6 +44,10 @@ TUTORIAL_MAX_N = 4096
 MAX_N = 1 << 20
 #: eps and offset reach the kernels as float32 pairs (see ops.split_float).
 FLOAT32_MAX = 3.4028234663852886e38
+#: float32's smallest normal value: the least eps > 0 the rule takes. The kernels add eps in
+#: float32, where a smaller positive eps is 0 or subnormal (which GPU math may flush to 0): a row
+#: of zeros would then come out NaN though eps > 0 was asked for.
+FLOAT32_TINY = 1.1754943508222875e-38
 #: The rounding rules (see ``rmsnorm``'s ``rounding``).
 ROUNDINGS = ("torch", "llama")
 
@@ -65,7 +69,7 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
     if (
         type(value) is float
         and -FLOAT32_MAX <= value <= FLOAT32_MAX
-        and (value > 0 or not positive)
+        and (value >= FLOAT32_TINY or not positive)
     ):
         return  # the hot path: a plain, valid Python float
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -80,6 +84,11 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
         )
     if positive and not float(value) > 0:
         raise ContractValueError(f"{name} must be > 0 (got {value!r})")
+    if positive and not float(value) >= FLOAT32_TINY:
+        raise ContractValueError(
+            f"{name} must be >= {FLOAT32_TINY:.5g}, float32's smallest normal value (got "
+            f"{value!r}): the kernels add {name} in float32, where it would be 0 or subnormal"
+        )
 
 
 def check_real(name: str, value: object, *, positive: bool = False) -> float:
@@ -88,6 +97,24 @@ def check_real(name: str, value: object, *, positive: bool = False) -> float:
     The one scalar check of this package, shared by the peer-API drop-ins."""
     _check_real(name, value, positive=positive)
     return float(value)
+
+
+def check_normalized_shape(value: object) -> tuple[int, ...]:
+    """``normalized_shape`` as ``torch.nn.functional.rms_norm`` takes it: an int, or a list /
+    tuple / ``torch.Size`` of ints (``torch.SymInt`` under tracing; not bools). Returns the
+    tuple; anything else is a :class:`ContractTypeError` naming the argument."""
+
+    def is_int(d: object) -> bool:
+        return isinstance(d, (numbers.Integral, torch.SymInt)) and not isinstance(d, bool)
+
+    if is_int(value):
+        return (int(value),)
+    if isinstance(value, (list, tuple)) and all(is_int(d) for d in value):
+        return tuple(int(d) for d in value)
+    raise ContractTypeError(
+        "normalized_shape must be an int or a list / tuple / torch.Size of ints (got "
+        f"{type(value).__name__} {value!r})"
+    )
 
 
 def _check_dtype(name: str, t: torch.Tensor) -> None:
@@ -141,7 +168,7 @@ def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
     checks and their messages."""
     if (
         type(eps) is not float
-        or not 0.0 < eps <= FLOAT32_MAX
+        or not FLOAT32_TINY <= eps <= FLOAT32_MAX
         or type(offset) is not float
         or not -FLOAT32_MAX <= offset <= FLOAT32_MAX
         or not isinstance(x, torch.Tensor)

@@ -413,4 +413,18 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
             x, weight, residual, float(eps), float(offset), llama, keep_rstd=False
         )
         return y if residual is None else (y, h)
+    if x.is_inference() or _is_inference(weight) or _is_inference(residual):
+        # A tensor made under torch.inference_mode cannot be saved for backward, yet a weight
+        # (or residual) that requires grad needs x's values, as F.rms_norm's graph saves them:
+        # normal copies are saved instead (an extra copy for these tensors only).
+        x, weight, residual = (_normal(t) for t in (x, weight, residual))
     return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual, llama)
+
+
+def _is_inference(t: torch.Tensor | None) -> bool:
+    return t is not None and t.is_inference()
+
+
+def _normal(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t``, or a normal (non-inference) copy of it where ``t`` is an inference tensor."""
+    return t.clone() if _is_inference(t) else t

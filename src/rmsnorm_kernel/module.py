@@ -3,20 +3,17 @@
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from torch import nn
 
 from . import dtensor
-from .contract import ContractTypeError, ContractValueError, check_no_columns
+from .contract import (
+    ContractTypeError,
+    ContractValueError,
+    check_no_columns,
+    check_normalized_shape,
+)
 from .function import _rmsnorm
-
-
-def _as_shape(normalized_shape) -> tuple[int, ...]:
-    if isinstance(normalized_shape, numbers.Integral):
-        return (int(normalized_shape),)
-    return tuple(int(d) for d in normalized_shape)
 
 
 def _autocast_registered(device_type: str) -> bool:
@@ -70,7 +67,13 @@ def rms_norm(
     float32 first and the output is float32. (:func:`rmsnorm_kernel.rmsnorm` itself, which the
     Hugging Face integration uses to reproduce modules that autocast does not touch, never casts.)
     """
-    shape = _as_shape(normalized_shape)
+    if not isinstance(input, torch.Tensor):
+        raise ContractTypeError(f"input must be a torch.Tensor (got {type(input).__name__})")
+    if weight is not None and not isinstance(weight, torch.Tensor):
+        raise ContractTypeError(
+            f"weight must be a torch.Tensor or None (got {type(weight).__name__})"
+        )
+    shape = check_normalized_shape(normalized_shape)
     k = len(shape)
     # The messages carry F.rms_norm's own sentences, so code (and tests) matching them still do.
     if k == 0:
@@ -135,7 +138,9 @@ class RMSNorm(nn.RMSNorm):
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__(_as_shape(normalized_shape), eps, elementwise_affine, device, dtype)
+        super().__init__(
+            check_normalized_shape(normalized_shape), eps, elementwise_affine, device, dtype
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., *normalized_shape]`` -> same shape."""

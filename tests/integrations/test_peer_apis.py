@@ -435,6 +435,8 @@ with torch.device(DEVICE):
     X8 = make_x((3, 8), BF16)
     W8 = torch.ones(8, dtype=BF16)
     W8_F32 = torch.ones(8)
+    OUT8 = torch.empty(3, 8, dtype=BF16)
+    BIG8 = torch.empty(4, 8, dtype=BF16)
 
 REFUSALS = {
     "liger casting_mode": (
@@ -511,6 +513,20 @@ REFUSALS = {
     ),
     "flash weight None": (lambda: fa.rms_norm_fn(X8, None, None), TypeError, "weight"),
     "flash eps": (lambda: fa.rms_norm_fn(X8, W8, None, eps=float("nan")), ValueError, "eps"),
+    "flash out is residual_out": (
+        lambda: fa.rms_norm_fn(X8, W8, None, X8, prenorm=True, out=OUT8, residual_out=OUT8),
+        ValueError, "out and residual_out must not share memory",
+    ),
+    "flash out overlaps residual_out": (
+        lambda: fa.rms_norm_fn(
+            X8, W8, None, X8, prenorm=True, out=BIG8[:3], residual_out=BIG8[1:]
+        ),
+        ValueError, "must not share memory",
+    ),
+    "flash out is x, x returned": (
+        lambda: fa.rms_norm_fn(X8, W8, None, prenorm=True, out=X8), ValueError,
+        "out must not share memory with x",
+    ),
 }  # fmt: skip
 
 

@@ -76,7 +76,7 @@ def test_zero_eps_from_the_config_is_refused():
     assert kernel_modules(model) == {}
 
 
-@pytest.mark.parametrize("eps", [0.0, -1e-6, float("nan"), float("inf"), 1e39])
+@pytest.mark.parametrize("eps", [0.0, -1e-6, float("nan"), float("inf"), 1e39, 1e-50, 1e-39])
 def test_every_eps_the_kernel_refuses_is_refused_at_patch_time(eps):
     norm = hf.models.t5.modeling_t5.T5LayerNorm(8, eps=eps)
     with pytest.raises(UnsupportedNormError, match="variance_epsilon must be a finite real > 0"):

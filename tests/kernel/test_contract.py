@@ -71,6 +71,9 @@ CASES = [
     ("eps string", lambda d: dict(x=_x(d, 2, 8), eps="1e-6"), TypeError, "eps must be a real"),
     ("eps zero", lambda d: dict(x=_x(d, 2, 8), eps=0.0), ValueError, "eps must be > 0"),
     ("eps negative", lambda d: dict(x=_x(d, 2, 8), eps=-1e-6), ValueError, "eps must be > 0"),
+    # > 0, yet 0 (1e-50) or subnormal (1e-39) in the kernels' float32: a zero row would be NaN
+    ("eps 0 in float32", lambda d: dict(x=_x(d, 2, 8), eps=1e-50), ValueError, "smallest normal"),
+    ("eps subnormal", lambda d: dict(x=_x(d, 2, 8), eps=1e-39), ValueError, "smallest normal"),
     ("eps nan", lambda d: dict(x=_x(d, 2, 8), eps=math.nan), ValueError, "eps must be finite"),
     ("eps inf", lambda d: dict(x=_x(d, 2, 8), eps=math.inf), ValueError, "eps must be finite"),
     (

@@ -193,3 +193,57 @@ def test_rows_of_no_values_still_check_dtypes_and_eps(device):
         rk.rms_norm(x, (0,), None, float("inf"))
     with pytest.raises(RuntimeError, match="Expected weight to be of same shape"):
         rk.rms_norm(x, (0,), torch.zeros(1, device=device))
+
+
+#: normalized_shape values torch refuses with a TypeError (it takes an int or ints in a sequence).
+BAD_SHAPES = ["8", [8.0], 8.0, True, [True], None, torch.tensor(8)]
+
+
+@pytest.mark.parametrize("normalized", BAD_SHAPES, ids=repr)
+def test_normalized_shape_of_other_types_is_refused_as_by_torch(normalized, device):
+    x = torch.randn(3, 8, device=device)
+    with pytest.raises(TypeError):
+        F.rms_norm(x, normalized)
+    with pytest.raises(TypeError, match="normalized_shape must be an int"):
+        rk.rms_norm(x, normalized)
+    with pytest.raises(TypeError, match="normalized_shape must be an int"):
+        rk.RMSNorm(normalized, device=device)
+    assert rk.CALLS["forward"] == 0
+
+
+def test_normalized_shape_as_int_list_tuple_or_size(device):
+    x = torch.randn(3, 2, 4, device=device)
+    expected = F.rms_norm(x, (2, 4))
+    for normalized in ([2, 4], (2, 4), torch.Size([2, 4])):
+        torch.testing.assert_close(rk.rms_norm(x, normalized), expected)
+    torch.testing.assert_close(rk.rms_norm(x, 4), F.rms_norm(x, (4,)))  # an int: as nn.RMSNorm
+
+
+def test_inputs_that_are_not_tensors_are_refused_by_name(device):
+    x = torch.randn(3, 8, device=device)
+    with pytest.raises(TypeError, match="input must be a torch.Tensor"):
+        rk.rms_norm([[1.0] * 8], (8,))
+    with pytest.raises(TypeError, match="weight must be a torch.Tensor or None"):
+        rk.rms_norm(x, (8,), [1.0] * 8)
+    assert rk.CALLS["forward"] == 0
+
+
+@pytest.mark.parametrize("entry", ["module", "rmsnorm"])
+def test_an_inference_mode_input_still_gives_the_weight_its_gradient(entry, device):
+    """x made under torch.inference_mode, a weight that requires grad: torch saves x for the
+    weight's gradient and so do we (a normal copy; an inference tensor cannot be saved)."""
+    with torch.inference_mode():
+        x = torch.randn(3, 8, device=device)
+    ref = torch.nn.RMSNorm(8, eps=1e-6, device=device)
+    ref.weight.data.uniform_(0.5, 1.5)
+    ref(x).square().sum().backward()
+    w = ref.weight.detach().clone().requires_grad_(True)
+    if entry == "module":
+        ours = rk.RMSNorm(8, eps=1e-6, device=device)
+        ours.weight.data.copy_(w.detach())
+        y, w = ours(x), ours.weight
+    else:
+        y = rk.rmsnorm(x, w, 1e-6)
+    y.square().sum().backward()
+    torch.testing.assert_close(y, ref(x), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)

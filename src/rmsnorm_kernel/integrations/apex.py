@@ -49,14 +49,13 @@ Where this differs from apex:
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import torch
 from torch.nn import init
 from torch.nn.parameter import Parameter
 
-from ..contract import ContractTypeError, ContractValueError, check_real
+from ..contract import ContractTypeError, ContractValueError, check_normalized_shape, check_real
 from ..function import _rmsnorm
 
 #: apex's ``DISPATCH_DOUBLE_FLOAT_HALF_AND_BFLOAT_INOUT_TYPES``: output dtypes per input dtype.
@@ -86,12 +85,6 @@ def _cast_if_autocast_enabled(*args):
         return a
 
     return tuple(cast(a) for a in args)
-
-
-def _shape(normalized_shape) -> tuple[int, ...]:
-    if isinstance(normalized_shape, numbers.Integral):
-        return (int(normalized_shape),)
-    return tuple(int(d) for d in normalized_shape)
 
 
 def _check_args(input, shape, eps, memory_efficient) -> None:
@@ -145,7 +138,7 @@ def _norm(input, shape, weight, eps) -> torch.Tensor:
 def fused_rms_norm(input, normalized_shape, eps=1e-6, memory_efficient=False):
     """``apex.normalization.fused_layer_norm.fused_rms_norm``: no weight; y in input's dtype."""
     (input,) = _cast_if_autocast_enabled(input)
-    shape = _shape(normalized_shape)
+    shape = check_normalized_shape(normalized_shape)
     _check_args(input, shape, eps, memory_efficient)
     return _norm(input, shape, None, eps)
 
@@ -154,7 +147,7 @@ def fused_rms_norm_affine(input, weight, normalized_shape, eps=1e-6, memory_effi
     """``apex.normalization.fused_layer_norm.fused_rms_norm_affine``: y in input's dtype; the
     weight must have the input's dtype (apex reads it as that dtype; module docstring)."""
     input, weight = _cast_if_autocast_enabled(input, weight)
-    shape = _shape(normalized_shape)
+    shape = check_normalized_shape(normalized_shape)
     _check_args(input, shape, eps, memory_efficient)
     _check_weight(weight, shape, "fused_rms_norm_affine")
     if weight.dtype != input.dtype:
@@ -173,7 +166,7 @@ def mixed_dtype_fused_rms_norm_affine(
     """``apex.normalization.fused_layer_norm.mixed_dtype_fused_rms_norm_affine``: y in the
     weight's dtype, for apex's (input, weight) dtype pairs (:data:`MIXED_DTYPE_OUTPUTS`)."""
     input, weight = _cast_if_autocast_enabled(input, weight)
-    shape = _shape(normalized_shape)
+    shape = check_normalized_shape(normalized_shape)
     _check_args(input, shape, eps, memory_efficient)
     _check_weight(weight, shape, "mixed_dtype_fused_rms_norm_affine")
     allowed = MIXED_DTYPE_OUTPUTS.get(input.dtype, ())
@@ -211,8 +204,7 @@ class FusedRMSNorm(torch.nn.Module):
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, memory_efficient=False):
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
+        normalized_shape = check_normalized_shape(normalized_shape)
         self.normalized_shape = torch.Size(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine

@@ -84,6 +84,7 @@ def _check(
     out_dtype,
     out,
     residual_out,
+    prenorm,
 ) -> None:
     """Every refusal, before anything is computed (the kernel's contract checks the rest)."""
     for name, value in (("bias", bias), ("x1", x1), ("weight1", weight1), ("bias1", bias1)):
@@ -127,6 +128,34 @@ def _check(
             )
     if residual_out is not None:
         _check_buffer("residual_out", residual_out, x)
+    # y is copied into out, then h into residual_out: buffers sharing memory would overwrite
+    # one result with the other (and h is x itself where no residual is added).
+    if out is not None and residual_out is not None and _overlap(out, residual_out):
+        raise ContractValueError("out and residual_out must not share memory: y would be lost")
+    h_is_x = residual is None and (prenorm or residual_out is not None)
+    if out is not None and h_is_x and _overlap(out, x):
+        raise ContractValueError(
+            "out must not share memory with x when residual is None and prenorm=True or "
+            "residual_out is given: the residual returned is x itself, which writing y into out "
+            "would overwrite"
+        )
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges ``a`` and ``b`` span in one storage intersect (conservative:
+    interleaved strided views count as sharing)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t):
+        start = t.data_ptr()
+        last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True) if st > 0)
+        return start, start + (last + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _operands(x, residual, y_dtype, h_dtype):
@@ -182,6 +211,7 @@ def rms_norm_fn(
         out_dtype,
         out,
         residual_out,
+        prenorm,
     )
     eps = float(eps)
     offset = 1.0 if zero_centered_weight else 0.0

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..contract import FLOAT32_TINY
 from ..function import rmsnorm
 from ..module import RMSNorm, rms_norm
 from .fused_residual import DECODER_SOURCES, fused_decoder_forward
@@ -409,11 +410,11 @@ def _check_attributes(path: str, module: nn.Module, convention: Convention) -> N
         raise UnsupportedNormError(
             f"{cls} at '{path}': {convention.eps_attr} must be a real number (got {eps!r})"
         )
-    if not (math.isfinite(eps) and 0 < eps <= _FLOAT32_MAX):
+    if not (math.isfinite(eps) and FLOAT32_TINY <= eps <= _FLOAT32_MAX):
         raise UnsupportedNormError(
             f"{cls} at '{path}': {convention.eps_attr} must be a finite real > 0 that fits in "
-            f"float32, as the kernel requires (got {eps!r}; in a config: rms_norm_eps / "
-            "layer_norm_epsilon)"
+            f"float32, as the kernel requires (got {eps!r}; at least {FLOAT32_TINY:.5g}, "
+            "float32's smallest normal value; in a config: rms_norm_eps / layer_norm_epsilon)"
         )
 
 
