@@ -71,21 +71,9 @@ def _check_buffer(name: str, buf, x: torch.Tensor) -> None:
 
 
 def _check(
-    x,
-    weight,
-    bias,
-    residual,
-    x1,
-    weight1,
-    bias1,
-    eps,
-    dropout_p,
-    rowscale,
-    out_dtype,
-    out,
-    residual_out,
-    prenorm,
-) -> None:
+    x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale,
+    out_dtype, out, residual_out, prenorm,
+) -> None:  # fmt: skip
     """Every refusal, before anything is computed (the kernel's contract checks the rest)."""
     for name, value in (("bias", bias), ("x1", x1), ("weight1", weight1), ("bias1", bias1)):
         if value is not None:
@@ -198,21 +186,9 @@ def rms_norm_fn(
     flash-attn's two dropout masks, both ``None`` (no dropout).
     """
     _check(
-        x,
-        weight,
-        bias,
-        residual,
-        x1,
-        weight1,
-        bias1,
-        eps,
-        dropout_p,
-        rowscale,
-        out_dtype,
-        out,
-        residual_out,
-        prenorm,
-    )
+        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale,
+        out_dtype, out, residual_out, prenorm,
+    )  # fmt: skip
     eps = float(eps)
     offset = 1.0 if zero_centered_weight else 0.0
     y_dtype = out.dtype if out is not None else (x.dtype if out_dtype is None else out_dtype)
