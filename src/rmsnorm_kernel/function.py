@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from . import dtensor, ops, transforms
 from .contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_contract
 from .double_backward import differentiable_backward, ops_backward_needed
+from .export_formula import export_formula
 
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
 CALLS = {"forward": 0, "backward": 0}
@@ -216,8 +217,10 @@ def rmsnorm_bwd(
     dx, dw, dx2 = _backward(
         dy, dh, rows, stride, weight, rstd, offset, saved.dtype, llama, parts, dy_dtype, dx2_dtype
     )
-    empty = saved.new_empty(0)
-    return dx, (empty if dw is None else dw), (empty if dx2 is None else dx2)
+    # One empty tensor per absent output: a custom op's outputs may not alias each other
+    # (torch.compile, jit.trace and direct op calls refuse a shared one).
+    dw = saved.new_empty(0) if dw is None else dw
+    return dx, dw, (saved.new_empty(0) if dx2 is None else dx2)
 
 
 def _check_dx2_dtype(dx2_dtype, x_dtype) -> None:
@@ -395,6 +398,8 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         x, residual = residual, x
     llama = rounding == "llama"
     if torch.compiler.is_compiling() or _through_op(x):
+        if torch.onnx.is_in_onnx_export():  # no Triton kernel exports: the formula in torch ops
+            return export_formula(x, weight, float(eps), float(offset), residual, llama)
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
             x, weight, residual, float(eps), float(offset), llama
         )

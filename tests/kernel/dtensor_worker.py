@@ -84,6 +84,22 @@ def main(rank: int, world: int, init_file: str) -> None:
     for what, (a, b) in zip(("y", "h", "dx", "dresidual", "dweight"), pairs, strict=True):
         _close(a.full_tensor(), b, f"residual llama {what}")
 
+    # Liger's drop-in, as Liger-Kernel: X sharded over the hidden dim beside a plain W is
+    # gathered (a plain y), a sharded dY is gathered too, and X's gradient is the plain one.
+    from rmsnorm_kernel.integrations.liger import liger_rms_norm
+
+    dx = distribute_tensor(x, mesh, [Shard(2)]).requires_grad_()
+    lw, pw = (w.clone().requires_grad_() for _ in range(2))
+    px = x.clone().requires_grad_()
+    y = liger_rms_norm(dx, lw, 1e-6, offset=0.5, casting_mode="gemma")
+    y_ref = liger_rms_norm(px, pw, 1e-6, offset=0.5, casting_mode="gemma")
+    assert type(y) is torch.Tensor, type(y)
+    y.backward(distribute_tensor(dy, mesh, [Shard(2)]))
+    y_ref.backward(dy)
+    for what, a, b in (("y", y, y_ref), ("dx", dx.grad, px.grad), ("dw", lw.grad, pw.grad)):
+        assert type(a) is torch.Tensor, (what, type(a))
+        _close(a, b, f"liger DTensor {what}")
+
     # Refused before any launch, naming the rule.
     calls = dict(rk.CALLS)
     sharded_n = distribute_tensor(x, mesh, [Shard(2)])

@@ -46,6 +46,24 @@ def test_compiled_module_no_weight(device):
     )
 
 
+def test_compiled_backward_without_a_weight(device):
+    """No weight: the backward op returns two empty outputs (dweight, dx2), which must be two
+    tensors (a custom op's outputs may not alias each other): compiled and traced backward."""
+    torch._dynamo.reset()
+    x = torch.randn(2, 64, device=device, requires_grad=True)
+    compiled = torch.compile(lambda t: rk.rms_norm(t, (64,)).square().sum(), fullgraph=True)
+    compiled(x).backward()
+    got = x.grad.clone()
+    x.grad = None
+    rk.rms_norm(x, (64,)).square().sum().backward()
+    assert_close(got, x.grad, torch.float32, "dx")
+    norm = rk.RMSNorm(64, elementwise_affine=False, device=device)
+    torch.jit.trace(norm, (x,))(x).sum().backward()  # traced: the op itself runs
+    dy, rstd = torch.randn(2, 64, device=device), torch.ones(2, device=device)
+    _, dw, dx2 = torch.ops.rmsnorm_kernel.rmsnorm_bwd(dy, None, dy, None, rstd, 0.0, False)
+    assert dw.numel() == dx2.numel() == 0 and dw is not dx2
+
+
 def test_opcheck(device):
     """torch.library's own consistency checks of the fake impl, schema and autograd registration."""
     x = torch.randn(3, 40, device=device, requires_grad=True)

@@ -1,8 +1,8 @@
 """DTensor inputs (tensor / sequence parallelism) over 2 ranks: each rank normalises its local
 rows, with F.rms_norm's values, gradients and placements (the weight's gradient Partial where x is
 sharded), uneven shards, the fused residual and Llama's rounding; layouts that would need another
-rank's values are refused. The ranks are two processes of ``dtensor_worker.py`` (gloo on CPU;
-NCCL with one GPU each when compiled)."""
+rank's values are refused; the Liger drop-in gathers a DTensor as Liger-Kernel does. The ranks
+are two processes of ``dtensor_worker.py`` (gloo on CPU; NCCL with one GPU each when compiled)."""
 
 from __future__ import annotations
 

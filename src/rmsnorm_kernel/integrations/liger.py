@@ -30,8 +30,11 @@ Where this differs from Liger (documented, not hidden):
   ignored (this package picks its own launch configs).
 - float64 X: Liger converts X to float32 in the llama and gemma modes; here float64 is computed
   in float64 (more accurate).
-- A DTensor X: Liger gathers it (``full_tensor()``) and returns a plain tensor; here each rank
-  normalises its local rows and the result keeps X's placements (``rmsnorm_kernel.dtensor``).
+- A DTensor X is gathered (``full_tensor()``), the result is a plain tensor and X's gradient the
+  plain gathered one, and a DTensor gradient of the output is gathered too: all as Liger does
+  (its tensor-parallel use: X sharded over the hidden dim, W plain). For each rank normalising
+  its own rows with X's placements kept, call ``rmsnorm_kernel.rmsnorm``
+  (``rmsnorm_kernel.dtensor``).
 - :class:`LigerRMSNormFunction` is not a ``torch.autograd.Function`` subclass: it has only
   ``apply`` (same positional order as Liger's ``forward``), which builds the autograd graph
   through this package's own Function.
@@ -47,6 +50,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import dtensor
 from ..contract import ContractTypeError, ContractValueError, check_contract, check_real
 from ..function import _rmsnorm
 
@@ -74,6 +78,8 @@ def casting_mode_name(casting_mode) -> str:
 def _forward(X, W, eps, offset, casting_mode) -> torch.Tensor:
     """Liger's forward with every argument checked first (see the module docstring)."""
     mode = casting_mode_name(casting_mode)
+    if dtensor.involved(X):  # Liger's tensor-parallel input: gathered, a plain result
+        return _PlainGrad.apply(_forward(_Gather.apply(X), W, eps, offset, casting_mode))
     check_real("eps", eps)
     check_real("offset", offset)
     eps, offset = float(eps), float(offset)
@@ -98,6 +104,33 @@ def _forward(X, W, eps, offset, casting_mode) -> torch.Tensor:
         return (normed * (W + offset)).to(X.dtype)
     y = _rmsnorm(X, W, eps, offset, None, "llama", False)
     return y if y.dtype == X.dtype else y.to(X.dtype)
+
+
+class _Gather(torch.autograd.Function):
+    """``X.full_tensor()`` whose backward hands X the plain gradient, as Liger's Function
+    (which gathers X inside its forward) returns it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.full_tensor()
+
+    @staticmethod
+    def backward(ctx, dx):
+        return dx
+
+
+class _PlainGrad(torch.autograd.Function):
+    """Identity whose backward gathers a DTensor gradient (``full_tensor()``), as Liger's
+    backward does with its dY: the plain output of a gathered DTensor X may be handed the
+    sharded gradient of the tensor-parallel layer after it."""
+
+    @staticmethod
+    def forward(ctx, y):
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.full_tensor() if dtensor.involved(dy) else dy
 
 
 class LigerRMSNormFunction:
