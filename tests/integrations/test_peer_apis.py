@@ -513,6 +513,9 @@ REFUSALS = {
     ),
     "flash weight None": (lambda: fa.rms_norm_fn(X8, None, None), TypeError, "weight"),
     "flash eps": (lambda: fa.rms_norm_fn(X8, W8, None, eps=float("nan")), ValueError, "eps"),
+    "flash layer_norm_fn LayerNorm": (
+        lambda: fa.layer_norm_fn(X8, W8, None), NotImplementedError, "is_rms_norm must be True"
+    ),
     "flash out is residual_out": (
         lambda: fa.rms_norm_fn(X8, W8, None, X8, prenorm=True, out=OUT8, residual_out=OUT8),
         ValueError, "out and residual_out must not share memory",
@@ -546,3 +549,14 @@ def test_a_refused_call_leaves_the_out_buffer_untouched():
     with pytest.raises(NotImplementedError, match="bias"):
         fa.rms_norm_fn(X8, W8, W8, out=out)
     assert torch.equal(out, torch.full_like(X8, 7.0)) and rk.CALLS["forward"] == 0
+
+
+def test_flash_layer_norm_fn_with_is_rms_norm_is_rms_norm_fn():
+    """flash-attn's ``layer_norm_fn(..., is_rms_norm=True)`` is its ``rms_norm_fn``: the same
+    outputs for the same arguments (a residual, prenorm, the float32 residual stream)."""
+    x, w, res = make_x((3, 37), BF16), make_w(37, BF16), make_x((3, 37), BF16)
+    kwargs = dict(residual=res, prenorm=True, residual_in_fp32=True, eps=1e-5)
+    got = fa.layer_norm_fn(x, w, None, is_rms_norm=True, **kwargs)
+    want = fa.rms_norm_fn(x, w, None, **kwargs)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)

@@ -9,8 +9,9 @@
                     ``LigerRMSNormFunction.apply`` (casting modes llama / gemma / none).
 ``apex``            NVIDIA Apex's API: ``FusedRMSNorm``, ``MixedFusedRMSNorm``, ``fused_rms_norm``,
                     ``fused_rms_norm_affine``, ``mixed_dtype_fused_rms_norm_affine``.
-``flash_attn``      flash-attention's Triton API: ``rms_norm_fn`` and ``RMSNorm`` (residual,
-                    prenorm, residual_in_fp32, zero_centered_weight, out_dtype; no dropout).
+``flash_attn``      flash-attention's Triton API: ``rms_norm_fn``, ``RMSNorm``, ``layer_norm_fn``
+                    with ``is_rms_norm=True`` (residual, prenorm, residual_in_fp32,
+                    zero_centered_weight, out_dtype; no dropout).
 
 This layer builds on the kernel layer only; it never imports the experiment layer or the CLI, and
 it does not import ``transformers`` itself (it recognises the norm classes by their source), nor

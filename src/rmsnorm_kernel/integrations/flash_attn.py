@@ -1,7 +1,8 @@
 """flash-attention's Triton RMSNorm API on this package's kernels: swap the import, keep the calls.
 
 ``from rmsnorm_kernel.integrations.flash_attn import RMSNorm, rms_norm_fn`` stands in for
-``flash_attn.ops.triton.layer_norm.RMSNorm`` / ``rms_norm_fn`` (signatures and defaults of
+``flash_attn.ops.triton.layer_norm.RMSNorm`` / ``rms_norm_fn`` (and ``layer_norm_fn`` with
+``is_rms_norm=True``, which flash-attn computes as ``rms_norm_fn``) (signatures and defaults of
 flash-attention's main branch; flash-attn itself is never imported).
 
 What flash-attn computes (``_layer_norm_fwd`` / ``_layer_norm_fwd_1pass_kernel`` with
@@ -219,6 +220,25 @@ def rms_norm_fn(
     if return_dropout_mask:
         outputs = (*outputs, None, None)
     return outputs[0] if len(outputs) == 1 else outputs
+
+
+def layer_norm_fn(
+    x, weight, bias, residual=None, x1=None, weight1=None, bias1=None, eps=1e-6, dropout_p=0.0,
+    rowscale=None, prenorm=False, residual_in_fp32=False, zero_centered_weight=False,
+    is_rms_norm=False, return_dropout_mask=False, out_dtype=None, out=None, residual_out=None,
+):  # fmt: skip
+    """``flash_attn.ops.triton.layer_norm.layer_norm_fn``: with ``is_rms_norm=True`` it is
+    :func:`rms_norm_fn` (as in flash-attn); LayerNorm (``is_rms_norm=False``, flash-attn's
+    default) is not this package's and is refused."""
+    if is_rms_norm is not True:
+        raise UnsupportedArgumentError(
+            f"layer_norm_fn computes RMSNorm only here: is_rms_norm must be True (got "
+            f"{is_rms_norm!r}); LayerNorm is not supported by rmsnorm_kernel"
+        )
+    return rms_norm_fn(
+        x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm,
+        residual_in_fp32, zero_centered_weight, return_dropout_mask, out_dtype, out, residual_out,
+    )  # fmt: skip
 
 
 class RMSNorm(torch.nn.Module):
