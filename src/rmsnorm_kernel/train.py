@@ -6,16 +6,19 @@ A thin Hydra shell around :func:`rmsnorm_kernel.experiment.core.run.train`. Exam
     python -m rmsnorm_kernel.train --multirun norm=reference,triton      # make train
 
 Before Hydra starts any job, every override is parsed and the config is composed and checked
-(:func:`rmsnorm_kernel.experiment.core.settings.check_train_config`) for each value a sweep takes. A
-malformed override, an unknown key or a value that breaks its rule stops the command with one
-line on stderr (``error: seed must be an integer in [0, 4294967295] (got 1.5)``) and exit
-code 2, before anything is written.
+(:func:`rmsnorm_kernel.experiment.core.settings.check_train_config`) for each value a sweep takes:
+the net's values by its builder's rules, the trainer settings by Lightning's own connector,
+``ckpt_path``'s checkpoint, and a single run's dir (never a finished run's). A malformed
+override, an unknown key or a value that breaks its rule stops the command with one line on
+stderr (``error: seed must be an integer in [0, 4294967295] (got 1.5)``) and exit code 2, before
+anything is written.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -85,22 +88,78 @@ def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
     return [[*s, *searchpath] for s in sets]
 
 
-def precheck(overrides: Sequence[str], config_name: str = CONFIG_NAME) -> None:
+#: Hydra launchers whose jobs run on this machine: the pre-check asks Lightning about this
+#: machine's accelerators only for these (a SLURM job's are checked where it runs, by train()).
+LOCAL_LAUNCHERS = (
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher",
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher",
+)
+
+
+def _hydra_view(
+    overrides: Sequence[str], first: Sequence[str], config_name: str, multirun: bool
+) -> tuple[bool, tuple[str, Path] | None]:
+    """``(local, run_dir)``: whether the jobs run on this machine (the launcher), and for a single
+    run ``(key, dir)`` it writes to (``paths.output_dir`` when set, else ``hydra.run.dir``,
+    resolved as Hydra will). Composed once with Hydra's own overrides; where that fails (Hydra
+    then reports what is wrong itself) or a path needs Hydra's runtime, the run dir is None."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    own = []
+    for text in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([text])
+        except Exception:  # noqa: BLE001 - reported by _override_sets
+            continue
+        if parsed.is_hydra_override() and not parsed.is_sweep_override():
+            own.append(text)
+    try:
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=[*first, *own], return_hydra_config=True)
+    except Exception:  # noqa: BLE001 - Hydra's own error follows, from Hydra
+        return True, None
+    local = str(cfg.hydra.launcher.get("_target_")) in LOCAL_LAUNCHERS
+    if multirun:
+        return local, None
+    try:
+        if cfg.paths.output_dir is not None:
+            return local, ("paths.output_dir", Path(str(cfg.paths.output_dir)))
+        return local, ("hydra.run.dir", Path(str(cfg.hydra.run.dir)))
+    except Exception:  # noqa: BLE001 - e.g. ${hydra:...} in a path: known only under Hydra
+        return local, None
+
+
+def precheck(
+    overrides: Sequence[str], config_name: str = CONFIG_NAME, multirun: bool = False
+) -> None:
     """Compose and check the config for every value the command line asks for.
+
+    A single run's dir (``hydra.run.dir`` or ``paths.output_dir``) is checked too: writable and
+    not a finished run's (:func:`~rmsnorm_kernel.experiment.core.settings.check_run_dir`); a
+    sweep's jobs write under ``hydra.sweep.dir``, refused at the sweep's start when it holds
+    files. ``ckpt_path``'s checkpoint is read and checked here (branch, config, step budget, a
+    warm start's tensor names and shapes), before Hydra makes any dir. The trainer's devices are
+    checked against this machine when the jobs run here (not under ``hydra/launcher=slurm``).
 
     Raises :class:`SettingsError` (one line) for a malformed override, an unknown key or a value
     that breaks its rule."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    for concrete in _override_sets(overrides):
+    sets = _override_sets(overrides)
+    local, run_dir = _hydra_view(overrides, sets[0], config_name, multirun)
+    where = {} if run_dir is None else {"run_dir": run_dir[1], "run_dir_key": run_dir[0]}
+    for concrete in sets:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             try:
                 cfg = compose(config_name, overrides=concrete)
             except HydraException as e:
                 culprit = next((o for o in concrete if o.split("=")[0] in str(e)), concrete)
                 raise SettingsError(_one_line(str(culprit), e)) from e
-        check_train_config(cfg, paths=False)
+        check_train_config(cfg, paths=False, here=local, **where)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=CONFIG_NAME)
@@ -126,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     informational = args.help or args.hydra_help or args.info or args.cfg or args.shell_completion
     if not informational and args.config_path is None:
         try:
-            precheck(args.overrides, args.config_name or CONFIG_NAME)
+            precheck(args.overrides, args.config_name or CONFIG_NAME, multirun=args.multirun)
         except SettingsError as e:
             raise refuse(e) from e
     return _hydra_main()

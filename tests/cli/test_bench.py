@@ -101,7 +101,7 @@ def test_bad_config_is_refused_before_output(tmp_path, capsys, override, message
     extra = ["benchmark.implementations=[ours,torch]"] if "ours=" in override else []
     out_dir = tmp_path / "bench"
     assert run_cli("bench", *extra, override, f"benchmark.out_dir={out_dir}") == 2
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err
     assert not out_dir.exists()
 
 

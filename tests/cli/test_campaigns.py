@@ -77,7 +77,7 @@ def test_bad_config_is_refused_before_output(tmp_path, capsys, command, override
     out = tmp_path / "out"
     dirs = [f"campaign.out_dir={out}", f"exercise.out_dir={out}", f"paths.data_dir={out}"]
     assert run_cli(command, override, *dirs) == 2
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -87,12 +87,20 @@ def test_train_refuses_a_negative_tolerance_before_writing_anything(tmp_path):
 
 
 def test_a_net_config_that_could_not_be_reloaded_fails_before_training(tmp_path):
-    # Hydra wraps errors raised while building in InstantiationException, message kept.
-    refused = (SpecError, InstantiationException)
-    with pytest.raises(refused, match=r"net\.hidden_features: must be an integer >= 1"):
+    # The builder's own rules, run by the config check before anything is built or written.
+    with pytest.raises(
+        SettingsError, match=r"^model\.net\.hidden_features: must be an integer >= 1"
+    ):
         run(tmp_path, "model.net.hidden_features=0")
-    with pytest.raises(refused, match=r"net\.norm: unknown norm 'rocket'; allowed: \["):
+    with pytest.raises(
+        SettingsError, match=r"^model\.net\.norm: unknown norm 'rocket'; allowed: \["
+    ):
         run(tmp_path, "model.net.norm=rocket")
+    assert not (tmp_path / "run").exists()
+    # Built directly (a reload), the builder refuses the same values itself.
+    refused = (SpecError, InstantiationException)  # Hydra wraps errors raised while building
+    with pytest.raises(refused, match=r"net\.hidden_features: must be an integer >= 1"):
+        instantiate(compose_cfg(["model.net.hidden_features=0"]).model.net)
 
 
 @pytest.mark.parametrize(

@@ -82,4 +82,8 @@ def test_resume_without_checkpointing_is_refused(ckpt, tmp_path):
         check_train_config(cfg)
     with open_dict(cfg):
         cfg.trainer.enable_checkpointing = True
-    check_train_config(cfg)  # asked for: allowed
+    if ckpt == "auto":
+        check_train_config(cfg)  # asked for: allowed
+    else:  # asked for: allowed; then the file itself is read, and it is no checkpoint
+        with pytest.raises(SettingsError, match=r"^ckpt_path must be a Lightning checkpoint of "):
+            check_train_config(cfg)

@@ -85,9 +85,12 @@ def test_a_failed_export_keeps_metrics_json_and_last_ckpt(tmp_path):
     assert metrics["train_steps"] == 3 and metrics["test/mse"] > 0
     last = tmp_path / "run" / "lightning_checkpoints" / "last.ckpt"
     assert last.is_file()
-    # Nothing is lost: the trained state resumes (0 steps left) and tests the same.
+    # Nothing is lost: last.ckpt holds the trained state. Resuming it at its own step would
+    # train nothing (refused); train=false tests it as it is, and tests the same.
     ckpt.unlink()
-    again = run(tmp_path / "again", "norm=torch", "trainer.max_steps=3", f"ckpt_path={last}")
+    with pytest.raises(SettingsError, match=r"^trainer\.max_steps must be greater than the step"):
+        run(tmp_path / "again", "norm=torch", "trainer.max_steps=3", f"ckpt_path={last}")
+    again = run(tmp_path / "again", "norm=torch", "train=false", f"ckpt_path={last}")
     assert again["test/mse"] == metrics["test/mse"]
 
 

@@ -15,6 +15,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from rmsnorm_kernel.cli.validate import ConfigError, count, number, seed
+
 SPLIT_KEYS = (
     "in_features",
     "out_features",
@@ -27,16 +29,43 @@ SPLIT_KEYS = (
 )
 
 
+#: What each key of SPLIT_KEYS must be (the rules training's settings check applies to
+#: the sizes and seed, ``experiment/core/settings.py``): every split holds at least one row.
+SIZES = ("in_features", "out_features", "teacher_hidden", "n_train", "n_val", "n_test")
+
+
+def check_dataset(dataset_cfg: Mapping) -> None:
+    """The splits' config, before anything is made or written: the MLP task's keys (``dataset``
+    must be ``synthetic``), sizes integers >= 1 (an empty split is refused, as training refuses
+    it), ``seed`` an integer in [0, 2**32 - 1], ``noise`` a finite number >= 0.
+
+    Raises :class:`ConfigError` naming the key and the rule.
+    """
+    missing = [k for k in SPLIT_KEYS if k not in dataset_cfg]
+    if missing:
+        target = dataset_cfg.get("_target_", "?") if hasattr(dataset_cfg, "get") else "?"
+        raise ConfigError(
+            f"dataset must be the MLP task's synthetic splits (dataset=synthetic): `data` writes "
+            f"those only; dataset.{missing[0]} is missing (dataset is {target})"
+        )
+    for key in SIZES:
+        count(dataset_cfg[key], f"dataset.{key}", minimum=1)
+    seed(dataset_cfg["seed"], "dataset.seed")
+    number(dataset_cfg["noise"], "dataset.noise")
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_splits(dataset_cfg: Mapping, out_dir: Path) -> dict:
-    """Write train/val/test as safetensors with a manifest; returns the manifest."""
+    """Write train/val/test as safetensors with a manifest; returns the manifest. Raises
+    :class:`ConfigError` (:func:`check_dataset`) before writing anything."""
     from safetensors.torch import save_file
 
     from rmsnorm_kernel.experiment.mlp.data import make_splits
 
+    check_dataset(dataset_cfg)  # an empty split or a bad size: refused before any output
     splits = make_splits(dataset_cfg)
     again = make_splits(dataset_cfg)
     deterministic = all(torch.equal(splits[k][i], again[k][i]) for k in splits for i in (0, 1))

@@ -26,7 +26,8 @@ check-environment      CUDA + one real kernel launch, or a clear "interpreter" n
 Configs are composed with Hydra's compose API from the repo's ``conf/cli.yaml`` (groups
 ``campaign``, ``exercise``, ``benchmark``); positional arguments are Hydra overrides, e.g.
 ``check-forward campaign.grids=[smoke]``. A config value that breaks its rule stops the command
-with exit code 2 before it writes anything.
+with exit code 2 before it writes anything: one line ``error: <message>`` on stderr naming the key
+(or argument) and the rule.
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     def add(name: str, help_: str, overrides: bool = True, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_, **kw)
         if overrides:
-            p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. campaign.seed=1")
+            # default=[]: optional (argparse calls a "*" positional without one "required").
+            p.add_argument(
+                "overrides", nargs="*", default=[], help="Hydra overrides, e.g. campaign.seed=1"
+            )
             p.add_argument(
                 "--config-dir", type=Path, default=None, help=f"config dir (default {CONF_DIR})"
             )
@@ -139,7 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_check_environment(console)
 
-    from rmsnorm_kernel.cli.validate import ConfigError, check_command_config, compose_error
+    from rmsnorm_kernel.cli.validate import (
+        ConfigError,
+        check_command_config,
+        compose_error,
+        report_error,
+    )
 
     overrides = list(args.overrides)
     if cmd in PRESETS:
@@ -154,11 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_command_config(cfg)
         return _run(cmd, cfg, console)
     except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        return 2
+        return report_error(exc)  # one line on stderr, exit 2
 
 
 def _run(cmd: str, cfg, console) -> int:
+    from rmsnorm_kernel.cli.validate import directory, writable_dir
+
     if cmd == "reference":
         from rmsnorm_kernel.cli.campaigns.reference_check import run_reference
 
@@ -166,7 +176,8 @@ def _run(cmd: str, cfg, console) -> int:
     if cmd == "data":
         from rmsnorm_kernel.cli.data import run_data
 
-        return run_data(cfg, Path(cfg.paths.data_dir), console)
+        # A file in the way or a read-only dir: refused before the splits are made.
+        return run_data(cfg, writable_dir(cfg.paths.data_dir, "paths.data_dir"), console)
     if cmd in CAMPAIGNS:
         from rmsnorm_kernel.cli.campaigns.runner import run_campaign
 
@@ -184,9 +195,9 @@ def _run(cmd: str, cfg, console) -> int:
         from rmsnorm_kernel.cli.plots import run_plots
 
         return run_plots(
-            Path(cfg.campaign.out_dir),
-            Path(cfg.benchmark.out_dir) / "bench.json",
-            Path(cfg.paths.figures_dir),
+            directory(cfg.campaign.out_dir, "campaign.out_dir"),
+            directory(cfg.benchmark.out_dir, "benchmark.out_dir") / "bench.json",
+            writable_dir(cfg.paths.figures_dir, "paths.figures_dir"),  # before any figure
             console,
         )
     raise AssertionError(cmd)

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from rmsnorm_kernel.cli.campaigns.evaluate import QUANTITY_OF
+from rmsnorm_kernel.cli.validate import ConfigError
 
 CAMPAIGNS = tuple(QUANTITY_OF)  # check-forward, check-backward, check-weight
 COLOURS = {
@@ -30,17 +31,41 @@ def _num(v):
         return None
 
 
-def plot_checks(check_dir: Path, fig_dir: Path) -> list[Path]:
+#: What the figures read of each JSON (a file without them is not the command's report).
+CHECK_KEYS = ("command", "quantity", "cases", "environment")
+BENCH_KEYS = ("groups", "copy_ceiling")
+
+
+def read_report(path: Path, key: str, needs: tuple[str, ...]) -> dict:
+    """The JSON report at ``path`` (found through config key ``key``), holding ``needs``.
+
+    Raises :class:`ConfigError` naming the key and the file when it is not such a report (cut
+    short by an interrupted command, or another tool's file), before any figure is written.
+    """
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        reason = " ".join(str(e).split())
+        raise ConfigError(f"{key}: {path} must be a readable JSON report ({reason})") from e
+    missing = [k for k in needs if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise ConfigError(f"{key}: {path} must be the command's JSON report (no {missing})")
+    return payload
+
+
+def read_checks(check_dir: Path) -> list[dict]:
+    """The campaigns' JSON reports under ``check_dir`` (``campaign.out_dir``), those present."""
+    paths = [check_dir / f"{c}.json" for c in CAMPAIGNS]
+    return [read_report(p, "campaign.out_dir", CHECK_KEYS) for p in paths if p.is_file()]
+
+
+def plot_checks(payloads: list[dict], fig_dir: Path) -> list[Path]:
+    """The two check figures of the campaigns' reports (:func:`read_checks`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    payloads = [
-        json.loads((check_dir / f"{c}.json").read_text())
-        for c in CAMPAIGNS
-        if (check_dir / f"{c}.json").exists()
-    ]
     if not payloads:
         return []
     out = []
@@ -101,24 +126,31 @@ def plot_checks(check_dir: Path, fig_dir: Path) -> list[Path]:
     return out
 
 
-def plot_benchmark(bench_json: Path, fig_dir: Path) -> list[Path]:
+def plot_benchmark(payload: dict | None, fig_dir: Path) -> list[Path]:
     """The bandwidth curves of a ``bench`` run (the figures ``bench`` writes beside its JSON)."""
-    if not bench_json.exists():
+    if payload is None:
         return []
     from rmsnorm_kernel.cli.bench.figures import plot_curves
 
-    return plot_curves(json.loads(bench_json.read_text()), fig_dir)
+    return plot_curves(payload, fig_dir)
 
 
 def run_plots(check_dir: Path, bench_json: Path, fig_dir: Path, console=None) -> int:
+    """The figures of the reports under ``check_dir`` and at ``bench_json`` into ``fig_dir``.
+    Every report is read first: one that is not a report stops the command (ConfigError) before
+    ``fig_dir`` is made."""
     from rich.console import Console
 
     console = console or Console()
+    checks = read_checks(check_dir)
+    bench_payload = (
+        read_report(bench_json, "benchmark.out_dir", BENCH_KEYS) if bench_json.is_file() else None
+    )
     fig_dir.mkdir(parents=True, exist_ok=True)
-    made = plot_checks(check_dir, fig_dir)
+    made = plot_checks(checks, fig_dir)
     if not made:
         console.print(f"no campaign JSON under {check_dir}: run `make checks` first")
-    bench = plot_benchmark(bench_json, fig_dir)
+    bench = plot_benchmark(bench_payload, fig_dir)
     if not bench:
         console.print(f"no benchmark JSON at {bench_json}: run `make bench` on a GPU first")
     for path in made + bench:

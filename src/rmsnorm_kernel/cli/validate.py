@@ -1,16 +1,50 @@
 """Config checks shared by the commands: a bad value stops the command before it writes anything.
 
-Every error names the config key and the rule, e.g.
-``campaign.tolerances.float32.atol must be a finite number >= 0 (got -1)``.
+Every error names the config key (or the argument) and the rule, e.g.
+``campaign.tolerances.float32.atol must be a finite number >= 0 (got -1)``, and reaches the user
+as one line ``error: <message>`` on stderr with exit code 2 (:func:`report_error`).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
+from pathlib import Path
 
 
 class ConfigError(ValueError):
     """A config value breaks its rule; the command exits 2 without output."""
+
+
+def report_error(error: BaseException) -> int:
+    """Print ``error: <message>`` as one line on stderr (plain text: a message holding ``[...]``
+    is printed as it is, never read as markup, and never wrapped); returns the exit code, 2."""
+    print(f"error: {' '.join(str(error).split())}", file=sys.stderr, flush=True)
+    return 2
+
+
+def directory(value, key: str) -> Path:
+    """``value`` as the path of a directory a command writes into: a non-empty path (an empty
+    ``paths.data_dir=`` would write into the current directory), whose writability
+    :func:`writable_dir` checks."""
+    if not isinstance(value, str | os.PathLike) or not str(value).strip():
+        raise ConfigError(f"{key} must be a non-empty directory path (got {value!r})")
+    return Path(value)
+
+
+def writable_dir(value, key: str) -> Path:
+    """``value`` (:func:`directory`) as a directory that can hold new files, or creatable as one:
+    no part of it is a file, not read-only (training's rule, ``settings.check_writable_dir``).
+    Checked before the command writes anything; creates nothing."""
+    from rmsnorm_kernel.experiment.core.settings import SettingsError, check_writable_dir
+
+    path = directory(value, key)
+    try:
+        check_writable_dir(path, key)
+    except SettingsError as e:
+        raise ConfigError(str(e)) from e
+    return path
 
 
 def number(value, key: str, *, minimum: float = 0.0, strict: bool = False) -> float:

@@ -1,6 +1,7 @@
 """One comparison path: every verdict on finished runs, against tolerances from conf/compare/::
 
-load         the one loader: each run's metrics.json, first-batch probe and TensorBoard curves
+load         the one loader: each run's metrics.json, first-batch probe and TensorBoard curves;
+             sweep_runs: a sweep's runs once every job its multirun.yaml records has finished
 curves       the one curve diff (branch - baseline at the steps both logged)
 tolerances   the compare config read and checked: the checks to run and their tolerances
 checks       group runs by their swept overrides; the checks (metric_delta, probe, curve,
@@ -17,7 +18,7 @@ equivalence  two sweeps (DDP and one process) paired by norm: the command
 
 from .callback import CompareOnMultirunEnd
 from .equivalence import compare_sweeps
-from .load import ComparisonError, find_runs, load_run
+from .load import ComparisonError, find_runs, load_run, sweep_runs
 from .report import COMPARISON_FILE, CURVES_FILE, REPORT_FILE, compare_runs, format_table
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "find_runs",
     "format_table",
     "load_run",
+    "sweep_runs",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .load import find_runs
+from .load import sweep_runs
 from .report import compare_runs, format_result
 
 
@@ -44,7 +44,8 @@ class CompareOnMultirunEnd(Callback):
         settings = OmegaConf.to_container(config.get("compare") or {}, resolve=True)
         try:
             # per_run: each group by its runs' own compare config (a sweep over experiments).
-            result = compare_runs(find_runs(sweep_dir), sweep_dir, settings, per_run=True)
+            # sweep_runs: every job the sweep launched must have finished.
+            result = compare_runs(sweep_runs(sweep_dir), sweep_dir, settings, per_run=True)
         except Exception as e:  # noqa: BLE001 - any failure to compare fails the sweep
             print(f"comparison failed for {sweep_dir}: {type(e).__name__}: {e}", file=sys.stderr)
             raise SystemExit(1) from e

@@ -34,7 +34,7 @@ from safetensors.torch import load_file
 
 from ..exports.checkpoint import INPUTS, PREDICTIONS, max_abs_diff
 from .curves import max_curve_delta
-from .load import ComparisonError, Run
+from .load import ComparisonError, Run, recorded_path
 
 #: What a run records that the table and comparison.json show per branch (taken as measured).
 RECORDED = (
@@ -264,7 +264,11 @@ def summarize(groups: list[dict[str, Any]], settings: dict[str, Any]) -> list[di
 
 def _weight_diff(a: Run, b: Run) -> float:
     """Max abs difference of any exported weight (not the stored test inputs/predictions)."""
-    ta, tb = load_file(a.metrics["checkpoint"]), load_file(b.metrics["checkpoint"])
+    paths = [recorded_path(r.dir, r.metrics, "checkpoint") for r in (a, b)]
+    for run, path in zip((a, b), paths, strict=True):
+        if path is None:
+            raise ComparisonError(f"{run.dir}: metrics.json records no exported checkpoint")
+    ta, tb = (load_file(str(p)) for p in paths)
     keys = [k for k in ta if k not in (INPUTS, PREDICTIONS)]  # the weights only
     if not keys or set(keys) - set(tb):
         raise ComparisonError(f"exports hold different weights: {sorted(ta)} vs {sorted(tb)}")

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from .checks import equivalence_pair
-from .load import ComparisonError, Run, find_runs, load_run
+from .load import ComparisonError, Run, load_run, sweep_runs
 from .tolerances import equivalence_settings
 
 
 def _by_norm(sweep_dir: Path) -> dict[str, Run]:
-    runs = [load_run(d) for d in find_runs(Path(sweep_dir))]
+    runs = [load_run(d) for d in sweep_runs(Path(sweep_dir))]  # every job finished
     by_norm = {r.norm: r for r in runs}
     if not runs or len(by_norm) != len(runs):
         raise ComparisonError(

@@ -10,6 +10,12 @@ stores the same spec, so reloading a file runs exactly the code that trained it,
 - every other value is data: strings, numbers, booleans, ``None``, lists and objects of those,
   with no key starting with ``_`` (so Hydra-style ``_target_`` entries are refused outright).
 
+A builder may register its value rules (``register_builder(name, builder, check=...)``), a
+function of the same arguments that the builder runs first; a norm may register what it needs
+here (``register_norm(name, factory, available=...)``: an optional package). :func:`check_values`
+runs both without building anything, so the training pre-check refuses a value with the very
+rule the build would apply (``model.net.hidden_features: must be an integer >= 1 (got 0)``).
+
 Nothing read from a file is ever imported, called by name or passed to ``hydra.utils.instantiate``:
 names only select entries of these two dicts. Each model's module adds its own entries
 (``register_builder("mlp", build_mlp)`` in ``mlp.net``, ``"llama"`` in ``lm.net``);
@@ -40,6 +46,11 @@ NORMS: dict[str, Callable[..., nn.Module]] = {
 
 #: ``name -> builder(**args) -> nn.Module``: the nets a spec can name.
 BUILDERS: dict[str, Callable[..., nn.Module]] = {}
+#: ``name -> check(**args, field=...)``: a builder's value rules, which the builder runs first.
+CHECKS: dict[str, Callable[..., None]] = {}
+#: ``name -> available(field)``: raises :class:`SpecError` where the norm cannot be built (its
+#: optional package is missing); its factory runs the same function first.
+AVAILABLE: dict[str, Callable[[str], None]] = {}
 
 #: Modules that register builders or norms when imported (fixed names, never read from a file):
 #: imported the first time a name is not found, so ``reload`` knows every model the repo trains.
@@ -48,21 +59,41 @@ _provider_errors: dict[str, str] = {}
 
 
 class SpecError(ValueError):
-    """A net spec names something outside the allow-lists or holds a non-data value."""
+    """A net spec names something outside the allow-lists or holds a non-data value.
+
+    ``key``: the argument whose value broke its rule (``"hidden_features"``), when one did."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
-def register_builder(name: str, builder: Callable[..., nn.Module]) -> None:
-    """Allow ``{"builder": name, ...}`` specs; ``builder(**args)`` must return an ``nn.Module``."""
+def register_builder(
+    name: str, builder: Callable[..., nn.Module], check: Callable[..., None] | None = None
+) -> None:
+    """Allow ``{"builder": name, ...}`` specs; ``builder(**args)`` must return an ``nn.Module``.
+
+    ``check(**args, field=...)``, when given, raises :class:`SpecError` (naming ``field`` and the
+    argument) for a value ``builder`` would refuse; ``builder`` must run it first."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"builder name must be an identifier (got {name!r})")
     BUILDERS[name] = builder
+    if check is not None:
+        CHECKS[name] = check
 
 
-def register_norm(name: str, factory: Callable[..., nn.Module]) -> None:
-    """Allow ``"norm": name`` in specs; ``factory(normalized_shape, eps=...)`` builds the layer."""
+def register_norm(
+    name: str, factory: Callable[..., nn.Module], available: Callable[[str], None] | None = None
+) -> None:
+    """Allow ``"norm": name`` in specs; ``factory(normalized_shape, eps=...)`` builds the layer.
+
+    ``available(field)``, when given, raises :class:`SpecError` naming ``field`` where the layer
+    cannot be built (a missing optional package); ``factory`` must run it first."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"norm name must be an identifier (got {name!r})")
     NORMS[name] = factory
+    if available is not None:
+        AVAILABLE[name] = available
 
 
 def _load_providers() -> None:
@@ -85,6 +116,26 @@ def _lookup(table: dict[str, Any], kind: str, field: str, name: Any) -> Any:
 def resolve_norm(name: Any, field: str = "norm") -> Callable[..., nn.Module]:
     """The registered norm factory called ``name``; :class:`SpecError` naming ``field`` if none."""
     return _lookup(NORMS, "norm", field, name)
+
+
+def usable_norm(name: Any, field: str = "norm") -> Callable[..., nn.Module]:
+    """:func:`resolve_norm`, and the norm can be built here (its ``available`` check passes)."""
+    factory = resolve_norm(name, field)
+    if (available := AVAILABLE.get(name)) is not None:
+        available(field)
+    return factory
+
+
+def require_module(module: str, package: str, what: str, field: str) -> None:
+    """:class:`SpecError` naming ``field``, ``what`` and ``package`` when ``module`` (an optional
+    dependency) does not import here."""
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise SpecError(
+            f"{field}: {what} needs the {package} package (pip install {package}); it is not "
+            f"importable here ({e})"
+        ) from e
 
 
 def _check_data(value: Any, field: str) -> None:
@@ -132,6 +183,19 @@ def check_spec(spec: Any, field: str = "net") -> tuple[Callable[..., nn.Module],
     return builder, args
 
 
+def check_values(spec: Any, field: str = "net") -> None:
+    """Everything :func:`build_from_spec` refuses, without building: :func:`check_spec`, then the
+    builder's registered value rules (the function the builder itself runs first), which also
+    check that the norm can be built here.
+
+    Raises :class:`SpecError` naming ``field`` and the argument, e.g. ``model.net.eps: must be a
+    number > 0 (got 0)``.
+    """
+    _, args = check_spec(spec, field)
+    if (check := CHECKS.get(spec["builder"])) is not None:
+        check(**args, field=field)
+
+
 def build_from_spec(spec: Any, field: str = "net") -> nn.Module:
     """The net a spec describes, built by its registered builder (after :func:`check_spec`)."""
     builder, args = check_spec(spec, field)
@@ -150,15 +214,17 @@ def spec_of(net_config: Mapping[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def positive_int(name: str, value: Any) -> int:
-    """``value`` if it is an integer >= 1, else :class:`SpecError` naming ``net.<name>``."""
+def positive_int(name: str, value: Any, field: str = "net") -> int:
+    """``value`` if it is an integer >= 1, else :class:`SpecError` naming ``<field>.<name>``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"net.{name}: must be an integer >= 1 (got {value!r})")
+        raise SpecError(f"{field}.{name}: must be an integer >= 1 (got {value!r})", key=name)
     return value
 
 
-def check_eps(eps: Any) -> float:
-    """``eps`` as a float if it is a number > 0, else :class:`SpecError` naming ``net.eps``."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise SpecError(f"net.eps: must be a number > 0 (got {eps!r})")
+def check_eps(eps: Any, field: str = "net") -> float:
+    """``eps`` as a float if it is a finite number > 0, else :class:`SpecError` naming
+    ``<field>.eps``."""
+    ok = isinstance(eps, (int, float)) and not isinstance(eps, bool)
+    if not ok or not eps > 0 or not math.isfinite(eps):
+        raise SpecError(f"{field}.eps: must be a finite number > 0 (got {eps!r})", key="eps")
     return float(eps)

@@ -137,27 +137,41 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def read_identity(path: Path) -> dict[str, Any] | None:
-    """The run identity recorded in Lightning checkpoint ``path`` (None when it has none).
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """Lightning checkpoint ``path`` as a dict, its tensors memory-mapped (not read into memory).
 
     Loaded with ``weights_only=True``: nothing in the file is executed."""
     import torch
 
     try:
-        checkpoint = torch.load(str(path), map_location="cpu", weights_only=True)
+        try:
+            checkpoint = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError:  # a file torch.save wrote without its zip format cannot be mapped
+            checkpoint = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, not a checkpoint, pickled code...
         raise ResumeRefused(
             f"ckpt_path must be a Lightning checkpoint of this project; {path} cannot be read "
             f"({type(e).__name__}: {' '.join(str(e).split())[:200]})"
         ) from e
-    identity = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    return checkpoint if isinstance(checkpoint, dict) else {}
+
+
+def _identity(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    identity = checkpoint.get(CHECKPOINT_KEY)
     return identity if isinstance(identity, dict) else None
+
+
+def read_identity(path: Path) -> dict[str, Any] | None:
+    """The run identity recorded in Lightning checkpoint ``path`` (None when it has none)."""
+    return _identity(read_checkpoint(path))
 
 
 def check_resume(cfg: DictConfig, path: Path) -> dict[str, Any]:
     """The identity of checkpoint ``path`` if this run may resume from it, else
-    :class:`ResumeRefused`: another norm (branch), or another config (the differing keys named)."""
-    identity = read_identity(path)
+    :class:`ResumeRefused`: another norm (branch), another config (the differing keys named), or
+    a step budget the checkpoint has already reached (a fit that would train nothing)."""
+    checkpoint = read_checkpoint(path)
+    identity = _identity(checkpoint)
     if identity is None:
         raise ResumeRefused(
             f"ckpt_path must be a last.ckpt recording its branch and config; {path} records "
@@ -178,7 +192,43 @@ def check_resume(cfg: DictConfig, path: Path) -> dict[str, Any]:
         raise ResumeRefused(
             f"ckpt_path must be a checkpoint of this config; {path} was saved with {shown}{more}"
         )
+    check_budget(cfg, path, checkpoint.get("global_step"))
     return identity
+
+
+def check_budget(cfg: DictConfig, path: Path, step: Any) -> None:
+    """A resumed fit must have steps left: ``trainer.max_steps`` (when it is the budget, not -1)
+    above the checkpoint's step, else Lightning returns at once having trained nothing.
+
+    Raises :class:`ResumeRefused` naming the key, the checkpoint's step and the value. Nothing to
+    check with ``train=false`` (no fit: the checkpoint is tested as it is)."""
+    if cfg.get("train", True) is False or not isinstance(step, int):
+        return
+    max_steps = cfg.trainer.get("max_steps", -1) if cfg.get("trainer") else -1
+    if isinstance(max_steps, int) and max_steps != -1 and max_steps <= step:
+        raise ResumeRefused(
+            f"trainer.max_steps must be greater than the step ckpt_path resumes from "
+            f"({path} is at step {step}), or nothing is trained (got {max_steps}): raise it, or "
+            "add train=false to test that checkpoint as it is"
+        )
+
+
+def resume_source(cfg: DictConfig, exclude: Path | None = None) -> Path | None:
+    """The ``last.ckpt`` this run resumes from: ``ckpt_path`` itself, or for ``auto`` what
+    :func:`find_resumable` finds under ``paths.runs_root`` (``exclude``: this run's own dir); None
+    when it starts from step 0 (``null``, ``auto`` finding nothing, a ``.safetensors`` warm
+    start)."""
+    ckpt_path = cfg.get("ckpt_path")
+    if not ckpt_path or str(ckpt_path).endswith(".safetensors"):
+        return None
+    if ckpt_path == "auto":
+        return find_resumable(cfg, runs_root(cfg), exclude=exclude)
+    return Path(ckpt_path)
+
+
+def runs_root(cfg: DictConfig) -> Path:
+    """Where ``ckpt_path=auto`` looks for an unfinished run: ``paths.runs_root``."""
+    return Path((cfg.get("paths") or {}).get("runs_root") or "outputs")
 
 
 def find_resumable(cfg: DictConfig, root: Path, exclude: Path | None = None) -> Path | None:

@@ -71,8 +71,8 @@ def local_devices(trainer_cfg: DictConfig) -> int:
     devices = trainer_cfg.get("devices", "auto")
     if isinstance(devices, DictConfig) or OmegaConf.is_list(devices):
         devices = OmegaConf.to_container(devices)
-    if accelerator == "auto":
-        accelerator = "cuda" if torch.cuda.is_available() else "cpu"
+    if accelerator == "auto":  # as Lightning's Trainer resolves it (its accelerator registry)
+        accelerator = "cuda" if CUDAAccelerator.is_available() else "cpu"
     if accelerator in ("cuda", "gpu"):
         kind = CUDAAccelerator
     elif accelerator == "cpu":

@@ -21,18 +21,19 @@ import lightning as L
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ..exports.checkpoint import load_checkpoint
+from ..exports.checkpoint import CheckpointError, load_checkpoint
 from .callbacks import ExportFailed, RecordRunIdentity, SaveOnInterrupt
 from .identity import (
     check_resume,
     config_hash,
-    find_resumable,
     hydra_overrides,
+    resume_source,
     run_identity,
     run_label,
+    runs_root,
 )
 from .processes import processes_to_start, spawn, stop_on_request
-from .settings import SettingsError, check_train_config
+from .settings import SettingsError, check_ckpt_path, check_train_config
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +103,15 @@ def build_trainer(cfg: DictConfig) -> tuple[L.Trainer, dict[str, L.Callback], An
     return trainer, callbacks, logger
 
 
-def _warm_start(model: L.LightningModule, ckpt_path: str) -> None:
-    """Start from the weights of an exported safetensors checkpoint (its metadata is checked)."""
-    tensors, _ = load_checkpoint(Path(ckpt_path))
+def _warm_start(cfg: DictConfig, model: L.LightningModule, ckpt_path: str) -> None:
+    """Start from the weights of an exported safetensors checkpoint: its metadata and header
+    checked against this config's net first (:func:`~.settings.check_ckpt_path`, as in the
+    pre-check: a :class:`SettingsError` naming what differs), then loaded."""
+    check_ckpt_path(cfg)
+    try:
+        tensors, _ = load_checkpoint(Path(ckpt_path))
+    except CheckpointError as e:  # the file's tensors themselves unreadable (truncated data)
+        raise SettingsError(f"ckpt_path: {' '.join(str(e).split())}") from e
     model.net.load_state_dict({k: tensors[k] for k in model.net.state_dict()}, strict=True)
     log.info("initial weights from %s", ckpt_path)
 
@@ -122,11 +129,12 @@ def _resolve_resume(cfg: DictConfig) -> dict[str, Any] | None:
     and config's newest unfinished run under ``paths.runs_root``, or null (start from scratch).
     Returns the checkpoint's recorded identity (None when not resuming).
 
-    Raises :class:`~.identity.ResumeRefused` for another branch's or config's checkpoint."""
+    Raises :class:`~.identity.ResumeRefused` for another branch's or config's checkpoint, or one
+    already at ``trainer.max_steps`` (the pre-check refuses them first, the same way)."""
     ckpt_path = cfg.get("ckpt_path")
+    found = resume_source(cfg, exclude=Path(cfg.paths.output_dir))
     if ckpt_path == "auto":
-        root = Path(cfg.paths.get("runs_root") or "outputs")
-        found = find_resumable(cfg, root, exclude=Path(cfg.paths.output_dir))
+        root = runs_root(cfg)
         with open_dict(cfg):
             cfg.ckpt_path = None if found is None else str(found)
         if found is None:
@@ -138,10 +146,9 @@ def _resolve_resume(cfg: DictConfig) -> dict[str, Any] | None:
             )
             return None
         print(f"ckpt_path=auto: norm={cfg.norm.name} resumes from {found}", flush=True)
-        ckpt_path = str(found)
-    if not ckpt_path or str(ckpt_path).endswith(".safetensors"):
+    if found is None:
         return None
-    return check_resume(cfg, Path(ckpt_path))
+    return check_resume(cfg, found)
 
 
 def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
@@ -162,10 +169,11 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
 
     ckpt_path = cfg.get("ckpt_path")
     if ckpt_path and str(ckpt_path).endswith(".safetensors"):
-        _warm_start(model, ckpt_path)
+        _warm_start(cfg, model, ckpt_path)
         ckpt_path = None
     export_error = None
-    if cfg.get("train", True):
+    trains = cfg.get("train", True)
+    if trains:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
         t0 = time.perf_counter()
@@ -180,7 +188,9 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
         phase_s["fit"] = time.perf_counter() - t0
     if cfg.get("test", True):
         t0 = time.perf_counter()
-        trainer.test(model, datamodule=datamodule, verbose=False)
+        # train=false with a last.ckpt: test that checkpoint's weights, not the fresh ones.
+        tested = None if trains else ckpt_path
+        trainer.test(model, datamodule=datamodule, verbose=False, ckpt_path=tested)
         phase_s["test"] = time.perf_counter() - t0
 
     metrics: dict[str, Any] = {
@@ -202,20 +212,6 @@ def fit_and_test(cfg: DictConfig) -> dict[str, Any]:
     if export_error is not None:
         metrics["export_error"] = export_error
     return metrics
-
-
-def _check_shards(cfg: DictConfig, world: int) -> None:
-    """Under DDP every rank evaluates its own share of the val and test splits; Lightning's
-    sampler needs at least one sequence per rank (it fails in one rank, which hung NCCL ranks)."""
-    if world < 2:
-        return
-    for key in ("n_val", "n_test"):
-        n = cfg.dataset.get(key)
-        if isinstance(n, int) and n < world:
-            raise SettingsError(
-                f"dataset.{key} must be >= the number of processes ({world}) under DDP: every "
-                f"rank evaluates at least one sample (got {n})"
-            )
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -246,11 +242,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         SystemExit: 143 after SIGTERM, 130 after Ctrl-C (``last.ckpt`` saved first by the
             interrupt callback; with ``trainer.enable_checkpointing: false`` nothing is saved).
     """
-    # Every value and path rule, before anything is built or written (a bad tolerance or an
-    # unwritable checkpoint dir fails now, not after hours of training).
+    # Every value, path and checkpoint rule, before anything is built or written (a bad
+    # tolerance, trainer setting or ckpt_path fails now, not after hours of training).
     check_train_config(cfg)
-    nprocs = processes_to_start(cfg.trainer)  # a bad device request fails before any output
-    _check_shards(cfg, nprocs)
+    nprocs = processes_to_start(cfg.trainer)  # checked above: the number of processes to start
     start = time.perf_counter()
     _fill_identity(cfg)
     resumed = _resolve_resume(cfg)  # another branch's or config's last.ckpt: refused here

@@ -118,11 +118,24 @@ def _compile_switches(cfg: Any) -> None:
     check_compile_switches(**values)
 
 
-def check_train_config(cfg: Any, paths: bool = True) -> None:
+def check_train_config(
+    cfg: Any,
+    paths: bool = True,
+    run_dir: Path | None = None,
+    run_dir_key: str = "paths.output_dir",
+    here: bool = True,
+) -> None:
     """Every rule of a composed training config (``conf/train.yaml`` and its groups).
 
     The checkpoint dir must be writable; with ``paths=True`` (``train(cfg)``) the run's output
-    dir too (``paths=False``: the sweep pre-check, before the run dirs are named).
+    dir too, and it must not hold a finished run (:func:`check_run_dir`). ``paths=False``: the
+    pre-check, before Hydra has made the run dir: ``run_dir`` (named ``run_dir_key``, e.g.
+    ``hydra.run.dir``) is checked the same way when known (a single run), and nothing else is.
+
+    Also, each through the code that would refuse it later: the net's values (its builder's
+    rules, :func:`check_net`), what Lightning's Trainer would refuse or silently change on this
+    machine (:func:`check_trainer`; ``here=False``, jobs that run on other machines: only what
+    holds everywhere), and ``ckpt_path``'s checkpoint (:func:`check_ckpt_path`).
 
     Raises :class:`SettingsError` with one line naming the key, the rule and the value.
     """
@@ -143,6 +156,8 @@ def check_train_config(cfg: Any, paths: bool = True) -> None:
         )
     _positive_number(cfg, "model.optimizer.lr")
     _compile_switches(cfg)
+    check_net(cfg)
+    check_trainer(cfg, here=here)
     present, ckpt = _get(cfg, "ckpt_path")
     if present and ckpt is not None:
         if not isinstance(ckpt, str) or not (ckpt == "auto" or Path(ckpt).is_file()):
@@ -160,8 +175,238 @@ def check_train_config(cfg: Any, paths: bool = True) -> None:
     if _get(cfg, "compare")[1] is not None:
         check_compare_settings(cfg["compare"])
     if paths:
-        check_writable_dir(_path(cfg, "paths.output_dir"), "paths.output_dir")
+        run_dir, run_dir_key = _path(cfg, "paths.output_dir"), "paths.output_dir"
+    if run_dir is not None:
+        check_writable_dir(Path(run_dir), run_dir_key)
     check_writable_dir(_path(cfg, "paths.checkpoint_dir"), "paths.checkpoint_dir")
+    check_ckpt_path(cfg, run_dir)
+    if run_dir is not None:
+        check_run_dir(cfg, Path(run_dir), run_dir_key)
+
+
+#: ``model.net``'s ``_target_`` when the net is built through the builders' allow-list.
+BUILD_NET = "rmsnorm_kernel.experiment.core.builders.build_net"
+
+
+def net_spec(cfg: Any) -> dict[str, Any] | None:
+    """The spec ``model.net`` builds (resolved, without Hydra's keys), or None when the net is
+    not built through the builders' allow-list."""
+    from omegaconf import OmegaConf
+
+    present, net = _get(cfg, "model.net")
+    if not present or not hasattr(net, "keys") or net.get("_target_") != BUILD_NET:
+        return None
+    try:
+        plain = OmegaConf.to_container(net, resolve=True) if OmegaConf.is_config(net) else net
+    except Exception as e:  # noqa: BLE001 - an interpolation that does not resolve
+        raise SettingsError(f"model.net must resolve ({' '.join(str(e).split())})") from e
+    return {str(k): v for k, v in dict(plain).items() if not str(k).startswith("_")}
+
+
+def check_net(cfg: Any) -> None:
+    """``model.net``'s values by its builder's own rules (``builders.check_values``, the function
+    the builder runs first), without building it; the norm must be buildable here (a missing
+    optional package such as liger-kernel is named).
+
+    A value taken from another key (``max_position_embeddings: ${dataset.seq_len}``) says so."""
+    from omegaconf import OmegaConf
+
+    from .builders import SpecError, check_values
+
+    spec = net_spec(cfg)
+    if spec is None:
+        return
+    try:
+        check_values(spec, field="model.net")
+    except SpecError as e:
+        message = str(e)
+        net = cfg["model"]["net"]
+        key = getattr(e, "key", None)
+        if key and OmegaConf.is_config(net) and key in net and OmegaConf.is_interpolation(net, key):
+            message += f"; set by {OmegaConf.to_container(net, resolve=False)[key]}"
+        raise SettingsError(message) from e
+
+
+#: ``trainer._target_`` values that are Lightning's Trainer (its settings checked by Lightning).
+LIGHTNING_TRAINERS = ("lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer")
+#: The Trainer arguments Lightning's accelerator connector decides from.
+CONNECTOR_KEYS = ("accelerator", "devices", "strategy", "num_nodes", "precision", "plugins")
+
+
+def _plain(node: Any) -> Any:
+    """A trainer setting as the Trainer would get it: ``_target_`` nodes instantiated."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_dict(node) and "_target_" in node:
+        return instantiate(node)
+    if OmegaConf.is_list(node):
+        return [_plain(v) for v in node]
+    return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+
+
+def check_trainer(cfg: Any, here: bool = True) -> None:
+    """``trainer.accelerator/devices/strategy/num_nodes/precision/plugins`` as Lightning's Trainer
+    would take them on this machine, asked of Lightning itself: ``trainer=ddp``'s process count
+    (:mod:`.processes`) and that every rank gets val and test samples, then Lightning's
+    accelerator connector (the part of the Trainer that parses them; no Trainer is built, nothing
+    is written, no torch flag is set): what it refuses (``trainer.precision=bf17``,
+    ``trainer.accelerator=gpu`` without one, ``trainer.devices=0``) and what it would silently
+    change (``16-mixed`` on a CPU runs as ``bf16-mixed``). With ``here=False`` (the jobs run on
+    other machines) only the precision's spelling is checked.
+    """
+    present, trainer = _get(cfg, "trainer")
+    if not present or not hasattr(trainer, "keys"):
+        return
+    if trainer.get("_target_") not in LIGHTNING_TRAINERS:
+        return
+    from lightning.fabric.connector import _convert_precision_to_unified_args
+
+    asked = {k: trainer[k] for k in CONNECTOR_KEYS if k in trainer}
+    if "precision" in asked:
+        try:
+            _convert_precision_to_unified_args(asked["precision"])
+        except ValueError as e:
+            raise SettingsError(
+                f"trainer.precision must be a precision Lightning's Trainer accepts (got "
+                f"{asked['precision']!r}; Lightning: {' '.join(str(e).split())})"
+            ) from e
+    if not here:
+        return
+    from .processes import processes_to_start
+
+    try:
+        world = processes_to_start(trainer)
+    except SettingsError:
+        raise
+    except Exception as e:  # noqa: BLE001 - ValueError, Lightning's MisconfigurationException
+        raise SettingsError(" ".join(str(e).split())) from e
+    check_shards(cfg, world)
+    connector, said = _connector(asked, spawned=world > 1)
+    if "precision" in asked:
+        wanted = _convert_precision_to_unified_args(asked["precision"])
+        runs = getattr(connector.precision_plugin, "precision", wanted)
+        if runs != wanted:
+            why = "".join(f" ({' '.join(str(w).split())})" for w in said[:1])
+            raise SettingsError(
+                f"trainer.precision must be one Lightning runs as asked on "
+                f"{type(connector.accelerator).__name__}: it would run {wanted!r} as {runs!r}"
+                f"{why}; ask for trainer.precision={runs} (or another) explicitly (got "
+                f"{asked['precision']!r})"
+            )
+
+
+def _connector(asked: dict[str, Any], spawned: bool = False) -> tuple[Any, list[Warning]]:
+    """Lightning's ``_AcceleratorConnector`` built from these Trainer arguments, and the warnings
+    it gave; :class:`SettingsError` with Lightning's reason when it refuses them.
+
+    ``spawned``: the Trainer will be built in the processes ``train`` starts itself
+    (:mod:`.processes`, fresh interpreters), so the connector is asked as there: not in an
+    interactive session, whose refusal of Lightning's own DDP launchers does not apply."""
+    import logging
+    import warnings
+
+    from lightning.pytorch.trainer.connectors import accelerator_connector
+
+    disabled = logging.root.manager.disable
+    logging.disable(logging.INFO)  # "Using bfloat16 Automatic Mixed Precision": the Trainer says it
+    interactive = accelerator_connector._IS_INTERACTIVE
+    if spawned:
+        accelerator_connector._IS_INTERACTIVE = False
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            connector = accelerator_connector._AcceleratorConnector(
+                **{k: _plain(v) for k, v in asked.items()}
+            )
+    except Exception as e:  # noqa: BLE001 - Lightning's own refusals (ValueError, Misconfiguration...)
+        shown = ", ".join(
+            f"trainer.{k}={_plain_repr(v)}" for k, v in asked.items() if k != "plugins"
+        )
+        raise SettingsError(
+            "trainer.accelerator, devices, strategy, num_nodes and precision must be a combination "
+            f"Lightning's Trainer accepts on this machine (got {shown}; Lightning: "
+            f"{' '.join(str(e).split())})"
+        ) from e
+    finally:
+        logging.disable(disabled)
+        accelerator_connector._IS_INTERACTIVE = interactive
+    return connector, [w.message for w in said]
+
+
+def _plain_repr(value: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return repr(OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+
+
+def check_shards(cfg: Any, world: int) -> None:
+    """Under DDP every rank evaluates its own share of the val and test splits; Lightning's
+    sampler needs at least one sequence per rank (it fails in one rank, which hung NCCL ranks)."""
+    if world < 2:
+        return
+    for key in ("n_val", "n_test"):
+        _, n = _get(cfg, f"dataset.{key}")
+        if isinstance(n, int) and n < world:
+            raise SettingsError(
+                f"dataset.{key} must be >= the number of processes ({world}) under DDP: every "
+                f"rank evaluates at least one sample (got {n})"
+            )
+
+
+def check_ckpt_path(cfg: Any, run_dir: Path | None = None) -> None:
+    """``ckpt_path``'s checkpoint, read before anything is built or written.
+
+    A ``.safetensors`` warm start must be an experiment export holding exactly this config's
+    net's weights (names, dtypes, shapes; its header only is read). A ``last.ckpt`` (``auto``:
+    the one it finds, ``run_dir`` left out as ``train`` leaves its own dir out) must be this
+    branch's and config's, with steps left to train (:func:`.identity.check_resume`).
+    """
+    present, ckpt = _get(cfg, "ckpt_path")
+    if not present or not isinstance(ckpt, str):
+        return
+    if ckpt.endswith(".safetensors"):
+        from ..exports.checkpoint import CheckpointError, check_warm_start
+
+        spec = net_spec(cfg)
+        if spec is None:
+            return
+        try:
+            check_warm_start(Path(ckpt), spec, field="model.net")
+        except CheckpointError as e:
+            raise SettingsError(f"ckpt_path: {' '.join(str(e).split())}") from e
+        return
+    from .identity import check_resume, resume_source
+
+    path = resume_source(cfg, exclude=run_dir)
+    if path is not None:
+        check_resume(cfg, path)
+
+
+#: What a finished run leaves in its run dir.
+FINISHED = "metrics.json"
+
+
+def check_run_dir(cfg: Any, run_dir: Path, key: str = "paths.output_dir") -> None:
+    """A run's dir must not hold a finished run (its ``metrics.json``): training into it would
+    overwrite that run's results. Allowed: a new dir, a stopped run's (resumed into, no
+    ``metrics.json``), and a finished run's when ``ckpt_path`` is that run's own ``last.ckpt``
+    (training it on, explicitly).
+
+    Raises :class:`SettingsError` naming ``key`` (``hydra.run.dir`` or ``paths.output_dir``)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / FINISHED).exists():
+        return
+    own = run_dir / "lightning_checkpoints" / "last.ckpt"
+    _, ckpt = _get(cfg, "ckpt_path")
+    if isinstance(ckpt, str) and ckpt != "auto" and own.is_file():
+        if Path(ckpt).resolve() == own.resolve():
+            return
+    on = f", or train that run on with ckpt_path={own}" if own.is_file() else ""
+    raise SettingsError(
+        f"{key} must be a new directory or a stopped run's; {run_dir} already holds a finished "
+        f"run ({FINISHED}): choose another dir{on}"
+    )
 
 
 def check_compare_settings(settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -273,6 +273,56 @@ def read_header(path: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[
     return raw, header
 
 
+def expected_weights(spec: Mapping[str, Any], field: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{name: (dtype name, shape)}`` of the ``state_dict`` of the net ``spec`` describes, built
+    on the ``meta`` device (shapes only, no memory); :class:`CheckpointError` naming ``field`` if
+    ``spec`` describes no net."""
+    try:
+        with torch.device("meta"):
+            skeleton = build_from_spec(spec, field=field)
+        return {
+            name: (_DTYPE_NAMES.get(value.dtype, str(value.dtype)), tuple(value.shape))
+            for name, value in skeleton.state_dict().items()
+        }
+    except SpecError as e:
+        raise CheckpointError(str(e)) from e
+    except Exception as e:  # a builder's own argument checks
+        raise CheckpointError(f"{field} does not describe a net ({type(e).__name__}: {e})") from e
+
+
+def _names(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return f"[{shown}{f' and {len(names) - limit} more' if len(names) > limit else ''}]"
+
+
+def check_warm_start(path: Path, spec: Mapping[str, Any], field: str = "model.net") -> None:
+    """``path`` can start the net ``spec`` describes (``ckpt_path=<file>.safetensors``): an
+    experiment export (its metadata checked) holding exactly that net's weights, same names,
+    dtypes and shapes. Reads the file's header only; the net is built on the ``meta`` device.
+
+    Raises :class:`CheckpointError` naming the file and what is wrong: unreadable or corrupt, not
+    an experiment export, missing or unexpected weights, a tensor whose dtype or shape differs.
+    """
+    path = Path(path)
+    raw, header = read_header(path)
+    check_metadata(raw, where=str(path))
+    expected = expected_weights(spec, field)
+    stored = {k: v for k, v in header.items() if k not in (INPUTS, PREDICTIONS)}
+    missing, unexpected = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: its weights are not those of this config's net ({field}): missing "
+            f"{_names(missing)}, unexpected {_names(unexpected)}"
+        )
+    for name, (dtype, shape) in expected.items():
+        if stored[name] != (dtype, shape):
+            raise CheckpointError(
+                f"{path}: its weights are not those of this config's net ({field}): tensor "
+                f"{name!r} is {stored[name][0]} {list(stored[name][1])} in the file, the net "
+                f"needs {dtype} {list(shape)}"
+            )
+
+
 def check_shapes(
     path: Path, spec: Mapping[str, Any], header: Mapping[str, tuple[str, tuple[int, ...]]]
 ) -> None:
@@ -291,19 +341,7 @@ def check_shapes(
             f"{path}: tensor {PREDICTIONS!r} {list(predictions)} must have one row per row of "
             f"{INPUTS!r} {list(inputs)}"
         )
-    try:
-        with torch.device("meta"):
-            skeleton = build_from_spec(spec, field=f"{path} field 'net'")
-        expected = {
-            name: (_DTYPE_NAMES.get(value.dtype, str(value.dtype)), tuple(value.shape))
-            for name, value in skeleton.state_dict().items()
-        }
-    except SpecError as e:
-        raise CheckpointError(str(e)) from e
-    except Exception as e:  # a builder's own argument checks
-        raise CheckpointError(
-            f"{path}: field 'net' does not describe a net ({type(e).__name__}: {e})"
-        ) from e
+    expected = expected_weights(spec, f"{path} field 'net'")
     stored = {k: v for k, v in header.items() if k not in (INPUTS, PREDICTIONS)}
     missing, unexpected = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
     if missing or unexpected:

@@ -21,7 +21,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..core.builders import SpecError, check_eps, positive_int, register_builder, resolve_norm
+from ..core.builders import (
+    SpecError,
+    check_eps,
+    positive_int,
+    register_builder,
+    require_module,
+    usable_norm,
+)
 from . import norms  # noqa: F401 - registers the hf, liger and triton_fused norms
 
 
@@ -59,6 +66,51 @@ def _swap_norms(model: nn.Module, factory: Callable[..., nn.Module], eps: float)
     return len(targets)
 
 
+def check_llama(
+    vocab_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_hidden_layers: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    max_position_embeddings: int,
+    norm: str,
+    eps: float = 1e-6,
+    attn_implementation: str = "sdpa",
+    field: str = "net",
+) -> None:
+    """The value rules of :func:`build_llama`'s arguments (it runs them first; the training
+    pre-check runs them alone): sizes integers >= 1, ``hidden_size`` a multiple of
+    ``num_attention_heads`` and that of ``num_key_value_heads``, eps a finite number > 0, a known
+    attention, transformers importable and a norm that can be built here. :class:`SpecError`
+    names ``<field>.<argument>``."""
+    check_eps(eps, field)
+    sizes = {
+        "vocab_size": vocab_size,
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_hidden_layers": num_hidden_layers,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "max_position_embeddings": max_position_embeddings,
+    }
+    for name, value in sizes.items():
+        positive_int(name, value, field)
+    if hidden_size % num_attention_heads or num_attention_heads % num_key_value_heads:
+        raise SpecError(
+            f"{field}: hidden_size must be a multiple of num_attention_heads, and that of "
+            f"num_key_value_heads (got {hidden_size}, {num_attention_heads}, "
+            f"{num_key_value_heads})"
+        )
+    if attn_implementation not in ("sdpa", "eager"):
+        raise SpecError(
+            f"{field}.attn_implementation: must be 'sdpa' or 'eager' (got {attn_implementation!r})",
+            key="attn_implementation",
+        )
+    require_module("transformers", "transformers", "builder=llama", f"{field}.builder")
+    usable_norm(norm, f"{field}.norm")
+
+
 def build_llama(
     vocab_size: int,
     hidden_size: int,
@@ -74,11 +126,9 @@ def build_llama(
     """A ``LlamaForCausalLM`` built from a config (float32 weights, no download), norm applied.
 
     ``2 * num_hidden_layers + 1`` RMSNorms (two per decoder layer, one final) run per forward.
-    Every argument is checked before anything is built; unknown norms raise :class:`SpecError`.
+    Every argument is checked first (:func:`check_llama`); unknown norms raise
+    :class:`SpecError`.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    check_eps(eps)
     sizes = {
         "vocab_size": vocab_size,
         "hidden_size": hidden_size,
@@ -88,16 +138,10 @@ def build_llama(
         "num_key_value_heads": num_key_value_heads,
         "max_position_embeddings": max_position_embeddings,
     }
-    sizes = {k: positive_int(k, v) for k, v in sizes.items()}
-    if hidden_size % num_attention_heads or num_attention_heads % num_key_value_heads:
-        raise SpecError(
-            "net: hidden_size must be a multiple of num_attention_heads, and that of "
-            f"num_key_value_heads (got {hidden_size}, {num_attention_heads}, "
-            f"{num_key_value_heads})"
-        )
-    if attn_implementation not in ("sdpa", "eager"):
-        raise SpecError(f"net.attn_implementation: 'sdpa' or 'eager' (got {attn_implementation!r})")
-    factory = resolve_norm(norm, "net.norm")
+    check_llama(**sizes, norm=norm, eps=eps, attn_implementation=attn_implementation)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    factory = usable_norm(norm, "net.norm")
     config = LlamaConfig(
         **sizes,
         rms_norm_eps=float(eps),
@@ -116,4 +160,4 @@ def build_llama(
     return CausalLM(lm)
 
 
-register_builder("llama", build_llama)
+register_builder("llama", build_llama, check=check_llama)

@@ -15,30 +15,36 @@ from torch import nn
 
 import rmsnorm_kernel
 
-from ..core.builders import SpecError, register_norm
+from ..core.builders import register_norm, require_module
+
+
+def _llama_rmsnorm_available(field: str) -> None:
+    require_module("transformers", "transformers", "norm=hf", field)
 
 
 def _llama_rmsnorm(normalized_shape, eps: float = 1e-6) -> nn.Module:
     """``LlamaRMSNorm(N, eps)``: the ``hf`` norm, also usable in other nets."""
+    _llama_rmsnorm_available("norm")
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     (n,) = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     return LlamaRMSNorm(n, eps=eps)
 
 
+def _liger_available(field: str) -> None:
+    """Liger's module imports here (it also needs a CUDA GPU to run)."""
+    require_module("liger_kernel.transformers.rms_norm", "liger-kernel", "norm=liger", field)
+
+
 def _liger_rmsnorm(normalized_shape, eps: float = 1e-6) -> nn.Module:
     """Liger-Kernel's ``LigerRMSNorm`` with Llama's rounding (``casting_mode="llama"``)."""
-    try:
-        from liger_kernel.transformers.rms_norm import LigerRMSNorm
-    except ImportError as e:
-        raise SpecError(
-            "norm=liger needs the liger-kernel package (pip install liger-kernel) and a CUDA "
-            f"GPU; it is not importable here ({e})"
-        ) from e
+    _liger_available("norm")
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
     (n,) = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     return LigerRMSNorm(n, eps=eps, casting_mode="llama")
 
 
-register_norm("hf", _llama_rmsnorm)
-register_norm("liger", _liger_rmsnorm)
+register_norm("hf", _llama_rmsnorm, available=_llama_rmsnorm_available)
+register_norm("liger", _liger_rmsnorm, available=_liger_available)
 register_norm("triton_fused", rmsnorm_kernel.RMSNorm)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..core.builders import check_eps, positive_int, register_builder, resolve_norm
+from ..core.builders import check_eps, positive_int, register_builder, usable_norm
 
 
 class MLP(nn.Module):
@@ -43,18 +43,39 @@ class MLP(nn.Module):
         return self.fc2(h)  # (B, hidden) -> (B, out)
 
 
+def check_mlp(
+    in_features: int,
+    hidden_features: int,
+    out_features: int,
+    norm: str,
+    eps: float = 1e-6,
+    field: str = "net",
+) -> None:
+    """The value rules of :func:`build_mlp`'s arguments (it runs them first; the training
+    pre-check runs them alone): sizes integers >= 1, eps a finite number > 0, a norm that can be
+    built here. :class:`SpecError` names ``<field>.<argument>``."""
+    check_eps(eps, field)
+    for name, value in (
+        ("in_features", in_features),
+        ("hidden_features", hidden_features),
+        ("out_features", out_features),
+    ):
+        positive_int(name, value, field)
+    usable_norm(norm, f"{field}.norm")
+
+
 def build_mlp(
     in_features: int, hidden_features: int, out_features: int, norm: str, eps: float = 1e-6
 ) -> MLP:
     """``MLP(in -> hidden -> RMSNorm(norm) -> SiLU -> out)``; every argument checked first."""
-    eps = check_eps(eps)
+    check_mlp(in_features, hidden_features, out_features, norm, eps)
     return MLP(
-        positive_int("in_features", in_features),
-        positive_int("hidden_features", hidden_features),
-        positive_int("out_features", out_features),
-        norm=resolve_norm(norm, "net.norm"),
-        eps=eps,
+        in_features,
+        hidden_features,
+        out_features,
+        norm=usable_norm(norm, "net.norm"),
+        eps=float(eps),
     )
 
 
-register_builder("mlp", build_mlp)
+register_builder("mlp", build_mlp, check=check_mlp)

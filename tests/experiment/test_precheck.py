@@ -1,0 +1,365 @@
+"""The command's pre-check refuses what used to fail late, after Hydra had made the run dir: the
+net's values (by its builder's own rules), Lightning's trainer settings (asked of Lightning), a
+norm whose package is missing, a finished run's dir, and a ``ckpt_path`` that cannot be resumed
+or warm-started from. One line, exit 2, nothing written.
+
+Nothing here trains: checkpoints are crafted (a ``last.ckpt`` holding a run identity and a step,
+tiny safetensors exports), so every test takes well under a second.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from experiment_helpers import SMALL, compose_cfg
+from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
+from omegaconf import open_dict
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from rmsnorm_kernel.experiment.core import builders
+from rmsnorm_kernel.experiment.core.identity import CHECKPOINT_KEY, config_hash, run_identity
+from rmsnorm_kernel.experiment.core.run import train
+from rmsnorm_kernel.experiment.core.settings import (
+    SettingsError,
+    check_run_dir,
+    check_train_config,
+)
+from rmsnorm_kernel.experiment.exports.checkpoint import make_metadata, write_checkpoint
+from rmsnorm_kernel.train import main, precheck
+
+LLAMA = "experiment=llama"
+
+REFUSED = [
+    (
+        [SMALL, "model.net.hidden_features=0"],
+        "model.net.hidden_features: must be an integer >= 1 (got 0)",
+    ),
+    ([SMALL, "model.net.eps=0"], "model.net.eps: must be a finite number > 0 (got 0)"),
+    ([SMALL, "model.net.eps=-1e-6"], "model.net.eps: must be a finite number > 0 (got -1e-06)"),
+    (
+        [LLAMA, "dataset.seq_len=0"],
+        "model.net.max_position_embeddings: must be an integer >= 1 (got 0); set by "
+        "${dataset.seq_len}",
+    ),
+    (
+        [LLAMA, "dataset.vocab_size=0"],
+        "model.net.vocab_size: must be an integer >= 1 (got 0); set by ${dataset.vocab_size}",
+    ),
+    (
+        [LLAMA, "model.net.num_attention_heads=3"],
+        "model.net: hidden_size must be a multiple of num_attention_heads, and that of "
+        "num_key_value_heads (got 64, 3, 2)",
+    ),
+    (
+        [SMALL, "norm=liger"],
+        "model.net.norm: norm=liger needs the liger-kernel package (pip install liger-kernel); "
+        "it is not importable here (",
+    ),
+    (
+        [SMALL, "trainer.precision=bf17"],
+        "trainer.precision must be a precision Lightning's Trainer accepts (got 'bf17'; "
+        "Lightning: Precision 'bf17' is invalid. Allowed precision values: (",
+    ),
+    (
+        [SMALL, "trainer.accelerator=gpu"],
+        "trainer.accelerator, devices, strategy, num_nodes and precision must be a combination "
+        "Lightning's Trainer accepts on this machine (got trainer.accelerator='gpu', "
+        "trainer.devices=1, trainer.precision='32-true'; Lightning: No supported gpu backend "
+        "found!)",
+    ),
+    (
+        [SMALL, "trainer.devices=0"],
+        "trainer.accelerator, devices, strategy, num_nodes and precision must be a combination "
+        "Lightning's Trainer accepts on this machine (got trainer.accelerator='auto', "
+        "trainer.devices=0, trainer.precision='32-true'; Lightning: `Trainer(devices=0)` value "
+        "is not a valid input using ",
+    ),
+    (
+        [SMALL, "trainer.accelerator=cpu", "trainer.precision=16-mixed"],
+        "trainer.precision must be one Lightning runs as asked on CPUAccelerator: it would run "
+        "'16-mixed' as 'bf16-mixed' (You passed `Trainer(accelerator='cpu', "
+        "precision='16-mixed')` but AMP with fp16 is not supported on CPU. Using "
+        "`precision='bf16-mixed'` instead.); ask for trainer.precision=bf16-mixed (or another) "
+        "explicitly (got '16-mixed')",
+    ),
+]
+
+
+@pytest.fixture
+def no_gpu_no_liger(monkeypatch):
+    """This machine as a new user's CPU box: no GPU backend, liger-kernel not installed."""
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: False))
+    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: False))
+    monkeypatch.setitem(sys.modules, "liger_kernel", None)
+
+
+def _refused(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err[len("error: ") : -1]
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED, ids=[" ".join(o[1:]) for o, _ in REFUSED])
+def test_a_bad_net_trainer_or_norm_value_is_refused_before_anything_is_written(
+    overrides, message, tmp_path, monkeypatch, capsys, no_gpu_no_liger
+):
+    monkeypatch.chdir(tmp_path)
+    said = _refused([*overrides, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert said.startswith(message) if message.endswith(("(", " ")) else said == message, said
+    assert list(tmp_path.iterdir()) == []  # no run dir, no .hydra/, no train.log
+
+
+def test_a_sweep_with_one_bad_value_is_refused_before_any_job(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--multirun", SMALL, "model.net.hidden_features=8,16,0"]
+    said = _refused([*argv, f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
+    assert said == "model.net.hidden_features: must be an integer >= 1 (got 0)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_check_and_the_build_refuse_with_one_rule():
+    """``check_values`` runs the very function each builder runs first: same refusals, same
+    words, for the MLP and the Llama."""
+    mlp = {"builder": "mlp", "in_features": 4, "hidden_features": 8, "out_features": 2}
+    mlp |= {"norm": "torch", "eps": 1e-6}
+    llama = dict(compose_cfg([LLAMA], small=False).model.net)
+    llama = {k: v for k, v in llama.items() if not k.startswith("_")}
+    llama |= {"vocab_size": 32, "max_position_embeddings": 8}
+    bad = [
+        {**mlp, "hidden_features": 0},
+        {**mlp, "in_features": -1},
+        {**mlp, "eps": 0},
+        {**mlp, "eps": -1.0},
+        {**llama, "hidden_size": 30},
+        {**llama, "num_key_value_heads": 3},
+        {**llama, "max_position_embeddings": 0},
+        {**llama, "eps": 0.0},
+        {**llama, "attn_implementation": "flash"},
+    ]
+    for spec in bad:
+        with pytest.raises(builders.SpecError) as checked:
+            builders.check_values(spec)
+        with pytest.raises(builders.SpecError) as built:
+            builders.build_from_spec(spec)
+        assert str(checked.value) == str(built.value), spec
+    builders.check_values(mlp)  # good values pass, nothing built
+    builders.check_values(llama)
+
+
+def test_a_missing_optional_package_is_named_by_the_check_and_the_build(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    llama = dict(compose_cfg([LLAMA], small=False).model.net)
+    llama = {k: v for k, v in llama.items() if not k.startswith("_")} | {"vocab_size": 32}
+    with pytest.raises(builders.SpecError, match=r"^model\.net\.builder: builder=llama needs the "):
+        builders.check_values({**llama, "max_position_embeddings": 8}, field="model.net")
+    mlp = {"builder": "mlp", "in_features": 4, "hidden_features": 8, "out_features": 2}
+    with pytest.raises(builders.SpecError, match=r"^net\.norm: norm=hf needs the transformers "):
+        builders.build_from_spec({**mlp, "norm": "hf"})
+
+
+# --- a finished run's dir --------------------------------------------------------------------
+
+
+def _finished(run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({"test/mse": 0.5}) + "\n")
+    return run_dir
+
+
+def test_training_into_a_finished_runs_dir_is_refused(tmp_path, monkeypatch, capsys):
+    run_dir = _finished(tmp_path / "done")
+    monkeypatch.chdir(tmp_path)
+    said = _refused([SMALL, f"hydra.run.dir={run_dir}"], capsys)
+    assert said == (
+        f"hydra.run.dir must be a new directory or a stopped run's; {run_dir} already holds a "
+        "finished run (metrics.json): choose another dir"
+    )
+    said = _refused([SMALL, f"paths.output_dir={run_dir}"], capsys)
+    assert said.startswith(
+        f"paths.output_dir must be a new directory or a stopped run's; {run_dir}"
+    )
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.json"]  # untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done"]
+    # train(cfg) itself (tests, other callers) refuses the same dir.
+    cfg = compose_cfg([f"paths.output_dir={run_dir}", f"paths.checkpoint_dir={tmp_path / 'c'}"])
+    with pytest.raises(SettingsError, match=r"^paths\.output_dir must be a new directory"):
+        train(cfg)
+    # A stopped run's dir (no metrics.json) may be resumed into; a new dir passes.
+    precheck([SMALL, f"hydra.run.dir={tmp_path / 'stopped'}"])
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "stopped" / "train.log").write_text("")
+    precheck([SMALL, f"hydra.run.dir={tmp_path / 'stopped'}"])
+
+
+# --- ckpt_path: a last.ckpt --------------------------------------------------------------------
+
+
+def _last_ckpt(path: Path, overrides: list[str], step: int) -> Path:
+    """A ``last.ckpt`` as this project's runs save it, as far as the checks read it: the run
+    identity of ``overrides``' config and the step it stopped at."""
+    cfg = compose_cfg(overrides, small=False)
+    with open_dict(cfg):
+        cfg.config_hash = config_hash(cfg)
+        cfg.paths.output_dir = str(path.parent.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({CHECKPOINT_KEY: run_identity(cfg), "global_step": step, "epoch": 0}, path)
+    return path
+
+
+def test_a_resume_with_no_steps_left_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
+    last = _last_ckpt(tmp_path / "a" / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    monkeypatch.chdir(tmp_path)
+    for budget in (3, 2):
+        said = _refused([SMALL, f"trainer.max_steps={budget}", f"ckpt_path={last}"], capsys)
+        assert said == (
+            f"trainer.max_steps must be greater than the step ckpt_path resumes from ({last} is "
+            f"at step 3), or nothing is trained (got {budget}): raise it, or add train=false to "
+            "test that checkpoint as it is"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    precheck([SMALL, "trainer.max_steps=4", f"ckpt_path={last}"])  # a step left: resumes
+    precheck([SMALL, "trainer.max_steps=3", "train=false", f"ckpt_path={last}"])  # tests it
+
+
+def test_another_branchs_last_ckpt_is_refused_before_hydra_makes_the_run_dir(
+    tmp_path, monkeypatch, capsys
+):
+    last = _last_ckpt(tmp_path / "a" / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "run"
+    said = _refused([SMALL, "norm=triton", f"ckpt_path={last}", f"hydra.run.dir={run_dir}"], capsys)
+    assert said.startswith("ckpt_path must be a checkpoint of this branch (norm=triton); ")
+    said = _refused(
+        [SMALL, "model.optimizer.lr=0.002", f"ckpt_path={last}", f"hydra.run.dir={run_dir}"],
+        capsys,
+    )
+    assert said == (
+        f"ckpt_path must be a checkpoint of this config; {last} was saved with "
+        "model.optimizer.lr=0.001 (this run 0.002)"
+    )
+    # a sweep: the branch whose checkpoint it is not is refused before any job
+    sweep = ["--multirun", SMALL, "norm=reference,triton", f"ckpt_path={last}"]
+    said = _refused([*sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
+    assert said.startswith("ckpt_path must be a checkpoint of this branch (norm=triton); ")
+    assert not run_dir.exists() and not (tmp_path / "sweep").exists()
+
+
+def test_a_finished_run_may_be_trained_on_in_its_own_dir_explicitly(tmp_path):
+    run_dir = _finished(tmp_path / "done")
+    last = _last_ckpt(run_dir / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    precheck([SMALL, f"hydra.run.dir={run_dir}", "trainer.max_steps=5", f"ckpt_path={last}"])
+    cfg = compose_cfg([f"ckpt_path={last}"])
+    check_run_dir(cfg, run_dir, "hydra.run.dir")  # its own last.ckpt: allowed
+    other = _last_ckpt(tmp_path / "b" / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    with pytest.raises(SettingsError) as refused:
+        check_run_dir(compose_cfg([f"ckpt_path={other}"]), run_dir, "hydra.run.dir")
+    assert str(refused.value).endswith(
+        f"choose another dir, or train that run on with ckpt_path={last}"
+    )
+
+
+# --- ckpt_path: a .safetensors warm start --------------------------------------------------------
+
+
+def _export(path: Path, hidden: int = 64) -> Path:
+    """A tiny MLP exported as training does (debug=cpu_small's sizes, ``hidden`` wide)."""
+    spec = {"builder": "mlp", "in_features": 16, "hidden_features": hidden, "out_features": 4}
+    spec |= {"norm": "reference", "eps": 1e-6}
+    torch.manual_seed(0)
+    net = builders.build_from_spec(spec)
+    write_checkpoint(
+        path, net, torch.randn(3, 16), make_metadata(spec, "reference", 0, "0" * 12, "cpu")
+    )
+    return path
+
+
+def _renamed(src: Path, dst: Path, old: str, new: str) -> Path:
+    with safe_open(str(src), framework="pt") as f:
+        tensors = {(new if k == old else k): f.get_tensor(k) for k in f.keys()}
+        meta = dict(f.metadata())
+    save_file(tensors, str(dst), metadata=meta)
+    return dst
+
+
+def test_a_bad_warm_start_file_is_refused_in_one_line_before_anything_is_written(
+    tmp_path, monkeypatch, capsys
+):
+    good = _export(tmp_path / "good.safetensors")
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(good.read_bytes()[:100])
+    narrow = _export(tmp_path / "narrow.safetensors", hidden=32)
+    renamed = _renamed(good, tmp_path / "renamed.safetensors", "norm.weight", "norm.scale")
+    plain = tmp_path / "plain.safetensors"
+    save_file({"fc1.weight": torch.zeros(64, 16)}, str(plain))
+    cases = {
+        corrupt: f"ckpt_path: {corrupt}: unreadable safetensors file, truncated or corrupt (",
+        narrow: (
+            f"ckpt_path: {narrow}: its weights are not those of this config's net (model.net): "
+            "tensor 'fc1.weight' is F32 [32, 16] in the file, the net needs F32 [64, 16]"
+        ),
+        renamed: (
+            f"ckpt_path: {renamed}: its weights are not those of this config's net (model.net): "
+            "missing ['norm.weight'], unexpected ['norm.scale']"
+        ),
+        plain: f"ckpt_path: {plain}: not an experiment checkpoint (missing metadata field(s) [",
+    }
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.iterdir())
+    for path, message in cases.items():
+        said = _refused([SMALL, f"ckpt_path={path}", f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+        assert (
+            said.startswith(message)
+            if message.endswith("(") or message.endswith("[")
+            else (said == message)
+        ), said
+        # train(cfg) refuses it the same way, before building or writing anything
+        cfg = compose_cfg([f"ckpt_path={path}"], tmp_path / "direct")
+        with pytest.raises(SettingsError) as refused:
+            train(cfg)
+        assert str(refused.value) == said
+    assert sorted(tmp_path.iterdir()) == before
+    check_train_config(compose_cfg([f"ckpt_path={good}"], tmp_path / "ok"))  # the right net
+
+
+def test_the_devices_are_checked_against_this_machine_only_when_the_jobs_run_here(
+    tmp_path, monkeypatch, capsys, no_gpu_no_liger
+):
+    """trainer=ddp asks for every GPU (trainer.devices=-1): refused on this GPU-less machine,
+    while the same sweep submitted to SLURM runs on GPU nodes, whose train() checks it there."""
+    monkeypatch.chdir(tmp_path)
+    sweep = ["--multirun", SMALL, "trainer=ddp", "norm=reference,torch"]
+    said = _refused([*sweep, f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
+    assert said == (
+        "trainer.devices: DDP on CPU needs a number of processes, e.g. trainer.devices=2 (got -1)"
+    )
+    precheck([*sweep[1:], "hydra/launcher=slurm"], multirun=True)
+    precheck([*sweep[1:], "hydra/launcher=joblib", "trainer.devices=2"], multirun=True)
+    with pytest.raises(SettingsError, match=r"^trainer\.precision must be a precision Lightning"):
+        precheck([*sweep[1:], "hydra/launcher=slurm", "trainer.precision=bf17"], multirun=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ddp_run_is_checked_as_the_processes_train_starts_see_it(monkeypatch):
+    """In an interactive session Lightning refuses its own DDP launchers; train() starts fresh
+    processes itself, so trainer=ddp on two CPU processes passes, while a DDP Trainer built in
+    this very process (one device) is refused as Lightning would refuse it."""
+    from lightning.pytorch.trainer.connectors import accelerator_connector
+
+    monkeypatch.setattr(accelerator_connector, "_IS_INTERACTIVE", True)
+    for name in ("LOCAL_RANK", "SLURM_NTASKS", "SLURM_JOB_NAME", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    ddp = ["trainer=ddp", "trainer.accelerator=cpu"]
+    check_train_config(compose_cfg([*ddp, "trainer.devices=2"]), paths=False)
+    with pytest.raises(SettingsError, match=r"is not compatible with an interactive environment"):
+        check_train_config(compose_cfg([*ddp, "trainer.devices=1"]), paths=False)
+    assert accelerator_connector._IS_INTERACTIVE is True  # left as it was
