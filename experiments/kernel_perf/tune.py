@@ -58,6 +58,9 @@ Parts:
          the heuristic's blocks, at every BWD_TMA width over M, dx checked against it.
 - tmanew: the TMA backward, blocks and grid-stride, at widths BWD_TMA does not take (TMA_NEW:
          256 bf16, 512 float32) over M, beside the heuristic, dx checked against it.
+- tmajoin: the package's backward heuristic (TMA where BWD_TMA takes the width) against the
+         pointer heuristic, timed first and last, over M (TMA_JOIN, or env TMA_JOIN), dx checked:
+         the check before a width's plan joins BWD_TMA from TMA_MIN_M.
 - columns: small M, the backward's column-strip finish (BackwardConfig.dw_columns: one launch,
          no partials) against the heuristic (COLUMNS), graph time and eager host cost.
 - colrule: backward alone around the column-strip rule (COLUMNS_MAX_ELEMS; COLRULE): the
@@ -1688,6 +1691,34 @@ def part_tmanew(rows):
                 _bwd_record(rows, "tmanew", m, n, name, cfg, inputs, dx0)
         _bwd_record(rows, "tmanew", m, n, f"heuristic again {dtype}", base, inputs, dx0)
         inputs = dx0 = None
+        torch.cuda.empty_cache()
+
+
+#: Shapes of part tmajoin: the float32 128 / 64 widths from TMA_MIN_M up
+#: (``TMA_JOIN="MxN:dtype,..."`` replaces them).
+TMA_JOIN = [(m, n, torch.float32) for n in (128, 64) for m in (4096, 16384, 65536, 262144)]
+if os.environ.get("TMA_JOIN"):
+    TMA_JOIN = [
+        (int(shape.split("x")[0]), int(shape.split("x")[1]), getattr(torch, dtype))
+        for shape, dtype in (item.split(":") for item in os.environ["TMA_JOIN"].split(","))
+    ]
+
+
+def part_tmajoin(rows):
+    """The package's backward heuristic with TMA (``backward_config(..., tma=True)``) against the
+    pointer heuristic (``tma=False``), the pointers timed first and last (drift), backward alone
+    in graph mode with its finish; dx of both against the pointers' first."""
+    for m, n, dtype in TMA_JOIN:
+        inputs = _bwd_inputs(m, n, dtype)
+        x, w, dy, rstd, _ = inputs
+        s = dtype.itemsize
+        pointer = backward_config(m, n, 0, itemsize=s)
+        dx0 = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=pointer)[0]
+        _bwd_record(rows, "tmajoin", m, n, f"pointer {dtype}", pointer, inputs, dx0)
+        heuristic = backward_config(m, n, 0, itemsize=s, tma=True)
+        _bwd_record(rows, "tmajoin", m, n, f"heuristic {dtype}", heuristic, inputs, dx0)
+        _bwd_record(rows, "tmajoin", m, n, f"pointer again {dtype}", pointer, inputs, dx0)
+        inputs = x = w = dy = rstd = dx0 = None
         torch.cuda.empty_cache()
 
 

@@ -227,7 +227,15 @@ BWD_TMA = {
     (512, 4): (4, 2, 3, 4),
     (128, 2): (32, 2, 3, 4),
     (64, 2): (64, 2, 3, 4),
+    (128, 4): (16, 2, 3, 4),
+    (64, 4): (8, 6, 3, 4),
 }
+#: float32 128 and 64 columns (per-head q/k norms of a float32 model) joined 2026-12-05
+#: (thirty-first session; tune.py part tmanew, experiments/kernel_perf/results/h200_2026-12-05:
+#: 36 plans x both deals at each, dx within 1e-6 of the pointers'): 524288 x 128 419.5 us (the
+#: pointer heuristic) against 197.5 (16 rows a tile, 2 per SM, grid-stride); 1048576 x 64 709.7
+#: against 200.4 (8 rows, 6 per SM, grid-stride). From TMA_MIN_M by part tmajoin over M (figures
+#: in experiments/kernel_perf/README.md).
 #: 128 and 64 bf16 columns joined 2026-12-04 (twenty-eighth session; tune.py part tmanew,
 #: experiments/kernel_perf/results/h200_2026-12-04c: 12 plans, both deals), grid-stride from
 #: TMA_MIN_M: 128 columns at 16384 / 65536 / 524288 rows 19.5 / 58.5 / 383.6 us (the pointer
@@ -272,6 +280,8 @@ BWD_TMA_STRIDED = {
     (512, 4): (4096, 2, 3),
     (128, 2): (4096, 2, 3),
     (64, 2): (4096, 2, 3),
+    (128, 4): (4096, 2, 3),
+    (64, 4): (4096, 6, 3),
 }
 #: Fewest rows for the TMA backward: the smallest M it was measured at.
 TMA_MIN_M = 4096

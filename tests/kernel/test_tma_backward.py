@@ -280,6 +280,8 @@ def test_heuristic_picks_tma_only_where_measured(monkeypatch):
         (16383, 256, torch.float16),  # blocks: one row under BWD_TMA_STRIDED's 16384
         (524291, 128, torch.bfloat16),  # q/k norms: strided, 32 rows a tile, the last 3 rows
         (4099, 64, torch.bfloat16),
+        (4099, 128, torch.float32),  # float32 q/k norms: strided, 16 rows a tile, the last 3
+        (65541, 64, torch.float32),  # strided, 8 rows a tile, the last 5 rows
     ],
 )
 def test_hopper_heuristic_runs_tma_and_matches_oracle(m, n, dtype):
