@@ -83,7 +83,8 @@ def _run(cfg) -> tuple[int, str]:
 def test_bench_refuses_without_cuda(tmp_path, capsys, argv):
     out_dir = tmp_path / "bench"
     assert run_cli(*argv, f"benchmark.out_dir={out_dir}") == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert err.startswith("error: bench needs a CUDA GPU") and err.count("\n") == 1, err
     assert not out_dir.exists()
 
 

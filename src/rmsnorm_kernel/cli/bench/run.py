@@ -21,6 +21,7 @@ from rmsnorm_kernel.cli.bench.measure import Runner
 from rmsnorm_kernel.cli.bench.plan import read_plan
 from rmsnorm_kernel.cli.bench.report import print_report
 from rmsnorm_kernel.cli.common import environment, write_json
+from rmsnorm_kernel.cli.validate import report_error
 
 NO_GPU = (
     "bench needs a CUDA GPU: it times GPU kernels with CUDA graphs and CUDA events. Here the "
@@ -41,8 +42,7 @@ def run_bench(bcfg: Mapping, console: Console | None = None, *, timers=None, dev
     plan = read_plan(bcfg)  # a bad key stops here, before any output
     if timers is None:
         if not torch.cuda.is_available():
-            console.print(f"[red]error:[/red] {NO_GPU}")
-            return 2
+            return report_error(RuntimeError(NO_GPU))  # stderr, as every other refusal
         from rmsnorm_kernel.cli.bench.timers import CudaTimers
 
         timers, device = CudaTimers(plan.timing), "cuda"
