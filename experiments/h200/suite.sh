@@ -4,7 +4,8 @@
 # lightning and transformers (the H200 image); wheels for what it lacks (hydra-core, omegaconf,
 # antlr4, tbparse, liger-kernel, ...) in .whl/. If .wq1/ was carried (quack's first half), it is
 # kept in /root for bench.sh, which must be the very next call (.whl is kept there too).
-#   bash experiments/h200/suite.sh "$OUT" [PYTEST_S]
+#   [TESTS='tests/cli tests/kernel/test_gpu.py'] bash experiments/h200/suite.sh "$OUT" [PYTEST_S]
+# TESTS picks the test paths (default: every test but tests/packaging).
 set -u
 out=${1:?usage: suite.sh OUTDIR}
 pytest_s=${2:-300}
@@ -28,7 +29,8 @@ step() {  # step NAME TIMEOUT CMD...: run, log, record rc and wall time
   echo "$name rc=$rc wall=$((SECONDS - t0))s" | tee -a "$logs/summary.txt" "$out/summary.txt"
 }
 # tests/packaging checks the CPU venv that `make setup` builds (lock, wheel, console scripts): not this image.
-HYPOTHESIS_PROFILE=gpu step pytest "$pytest_s" python3 -m pytest -q -p no:cacheprovider -n 8 -rfE --durations=15 tests --ignore=tests/packaging
+# shellcheck disable=SC2086  # TESTS is a list of paths
+HYPOTHESIS_PROFILE=gpu step pytest "$pytest_s" python3 -m pytest -q -p no:cacheprovider -n 8 -rfE --durations=15 ${TESTS:-tests --ignore=tests/packaging}
 cp "$logs/pytest.log" "$out/pytest.log"
 grep -E "passed|failed|error" "$logs/pytest.log" | tail -3; grep -E "^(FAILED|ERROR)" "$logs/pytest.log" | head -20
 step train 90 python3 -m rmsnorm_kernel.train --multirun norm=reference,triton,torch

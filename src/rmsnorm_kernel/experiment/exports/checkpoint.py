@@ -306,21 +306,31 @@ def check_warm_start(path: Path, spec: Mapping[str, Any], field: str = "model.ne
     path = Path(path)
     raw, header = read_header(path)
     check_metadata(raw, where=str(path))
-    expected = expected_weights(spec, field)
+    names, tensor = _weight_mismatch(expected_weights(spec, field), header)
+    prefix = f"{path}: its weights are not those of this config's net ({field}):"
+    if names is not None:
+        raise CheckpointError(f"{prefix} missing {_names(names[0])}, unexpected {_names(names[1])}")
+    if tensor is not None:
+        name, stored, (dtype, shape) = tensor
+        raise CheckpointError(
+            f"{prefix} tensor {name!r} is {stored[0]} {list(stored[1])} in the file, the net "
+            f"needs {dtype} {list(shape)}"
+        )
+
+
+def _weight_mismatch(expected: Mapping[str, Any], header: Mapping[str, Any]) -> tuple[Any, Any]:
+    """How a file's weights (``header`` without the reserved tensors) differ from ``expected``
+    (name -> (dtype, shape)): ``((missing, unexpected), None)`` when the names differ, ``(None,
+    (name, stored, expected))`` for the first tensor whose dtype or shape differs, else ``(None,
+    None)``."""
     stored = {k: v for k, v in header.items() if k not in (INPUTS, PREDICTIONS)}
     missing, unexpected = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(
-            f"{path}: its weights are not those of this config's net ({field}): missing "
-            f"{_names(missing)}, unexpected {_names(unexpected)}"
-        )
-    for name, (dtype, shape) in expected.items():
-        if stored[name] != (dtype, shape):
-            raise CheckpointError(
-                f"{path}: its weights are not those of this config's net ({field}): tensor "
-                f"{name!r} is {stored[name][0]} {list(stored[name][1])} in the file, the net "
-                f"needs {dtype} {list(shape)}"
-            )
+        return (missing, unexpected), None
+    for name, want in expected.items():
+        if stored[name] != want:
+            return None, (name, stored[name], want)
+    return None, None
 
 
 def check_shapes(
@@ -341,21 +351,19 @@ def check_shapes(
             f"{path}: tensor {PREDICTIONS!r} {list(predictions)} must have one row per row of "
             f"{INPUTS!r} {list(inputs)}"
         )
-    expected = expected_weights(spec, f"{path} field 'net'")
-    stored = {k: v for k, v in header.items() if k not in (INPUTS, PREDICTIONS)}
-    missing, unexpected = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
-    if missing or unexpected:
+    names, tensor = _weight_mismatch(expected_weights(spec, f"{path} field 'net'"), header)
+    if names is not None:
         raise CheckpointError(
-            f"{path}: weights do not match the net it describes (missing {missing}, unexpected "
-            f"{unexpected}); refused before building it"
+            f"{path}: weights do not match the net it describes (missing {names[0]}, unexpected "
+            f"{names[1]}); refused before building it"
         )
-    for name, (dtype, shape) in expected.items():
-        if stored[name] != (dtype, shape):
-            raise CheckpointError(
-                f"{path}: weights do not match the net it describes: tensor {name!r} is "
-                f"{stored[name][0]} {list(stored[name][1])} in the file, field 'net' needs "
-                f"{dtype} {list(shape)}; refused before building it"
-            )
+    if tensor is not None:
+        name, stored, (dtype, shape) = tensor
+        raise CheckpointError(
+            f"{path}: weights do not match the net it describes: tensor {name!r} is "
+            f"{stored[0]} {list(stored[1])} in the file, field 'net' needs {dtype} "
+            f"{list(shape)}; refused before building it"
+        )
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
