@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from experiment_helpers import SMALL, compose_cfg
+from lightning.fabric import accelerators as fabric
 from lightning.pytorch.accelerators import CUDAAccelerator, MPSAccelerator
 from omegaconf import open_dict
 from safetensors import safe_open
@@ -92,9 +93,11 @@ REFUSED = [
 
 @pytest.fixture
 def no_gpu_no_liger(monkeypatch):
-    """This machine as a new user's CPU box: no GPU backend, liger-kernel not installed."""
-    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: False))
-    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: False))
+    """This machine as a new user's CPU box: no GPU backend, liger-kernel not installed. Both
+    Lightning's accelerator classes: ``accelerator=auto`` is chosen with fabric's, the Trainer's
+    connector then checks lightning.pytorch's (on a GPU machine, patching one is not enough)."""
+    for cls in (CUDAAccelerator, MPSAccelerator, fabric.CUDAAccelerator, fabric.MPSAccelerator):
+        monkeypatch.setattr(cls, "is_available", staticmethod(lambda: False))
     monkeypatch.setitem(sys.modules, "liger_kernel", None)
 
 

@@ -71,7 +71,7 @@ def local_devices(trainer_cfg: DictConfig) -> int:
     devices = trainer_cfg.get("devices", "auto")
     if isinstance(devices, DictConfig) or OmegaConf.is_list(devices):
         devices = OmegaConf.to_container(devices)
-    if accelerator == "auto":  # as Lightning's Trainer resolves it (its accelerator registry)
+    if accelerator == "auto":  # as Lightning chooses it (device_parser._select_auto_accelerator)
         accelerator = "cuda" if CUDAAccelerator.is_available() else "cpu"
     if accelerator in ("cuda", "gpu"):
         kind = CUDAAccelerator
