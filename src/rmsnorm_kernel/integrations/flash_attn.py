@@ -2,8 +2,10 @@
 
 ``from rmsnorm_kernel.integrations.flash_attn import RMSNorm, rms_norm_fn`` stands in for
 ``flash_attn.ops.triton.layer_norm.RMSNorm`` / ``rms_norm_fn`` (and ``layer_norm_fn`` with
-``is_rms_norm=True``, which flash-attn computes as ``rms_norm_fn``) (signatures and defaults of
-flash-attention's main branch; flash-attn itself is never imported).
+``is_rms_norm=True``, which flash-attn computes as ``rms_norm_fn``; ``layer_norm_linear_fn``, the
+norm then a linear) (signatures and defaults of flash-attention's main branch; flash-attn itself
+is never imported). flash-attn's PyTorch references ``rms_norm_ref`` / ``layer_norm_ref``, which
+its tests import from the same module, are here too (:mod:`.flash_attn_ref`).
 
 What flash-attn computes (``_layer_norm_fwd`` / ``_layer_norm_fwd_1pass_kernel`` with
 ``IS_RMS_NORM``), all in float32:
@@ -48,9 +50,21 @@ Where this differs from flash-attn:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_real
 from ..function import _rmsnorm
+from .flash_attn_ref import layer_norm_ref, rms_norm_ref
+
+__all__ = [
+    "RMSNorm",
+    "UnsupportedArgumentError",
+    "layer_norm_fn",
+    "layer_norm_linear_fn",
+    "layer_norm_ref",
+    "rms_norm_fn",
+    "rms_norm_ref",
+]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -239,6 +253,68 @@ def layer_norm_fn(
         x, weight, bias, residual, x1, weight1, bias1, eps, dropout_p, rowscale, prenorm,
         residual_in_fp32, zero_centered_weight, return_dropout_mask, out_dtype, out, residual_out,
     )  # fmt: skip
+
+
+def layer_norm_linear_fn(
+    x, norm_weight, norm_bias, linear_weight, linear_bias, residual=None, eps=1e-6,
+    prenorm=False, residual_in_fp32=False, is_rms_norm=False,
+):  # fmt: skip
+    """``flash_attn.ops.triton.layer_norm.layer_norm_linear_fn`` with ``is_rms_norm=True``: the
+    norm (:func:`rms_norm_fn`), then ``F.linear``; ``out`` or, with ``prenorm``,
+    ``(out, residual_out)``.
+
+    As in flash-attn, under autocast (of x's device type here; flash-attn reads CUDA's) the norm
+    stores y in the autocast dtype and the linear weight and bias are cast to it; otherwise
+    they are cast to y's dtype (x's). Differentiable in x, residual, both weights and the bias
+    through autograd (flash-attn recomputes y in its backward instead of keeping it: the same
+    gradients, one activation of memory more here). ``norm_bias`` (LayerNorm's) and
+    ``is_rms_norm=False`` are refused.
+    """
+    if is_rms_norm is not True:
+        raise UnsupportedArgumentError(
+            f"layer_norm_linear_fn computes RMSNorm only here: is_rms_norm must be True (got "
+            f"{is_rms_norm!r}); LayerNorm is not supported by rmsnorm_kernel"
+        )
+    if norm_bias is not None:
+        raise UnsupportedArgumentError(
+            "norm_bias is not supported by rmsnorm_kernel's layer_norm_linear_fn (RMSNorm has "
+            "none): it must be None"
+        )
+    _check_linear(x, linear_weight, linear_bias)
+    device_type = x.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    y, residual_out = rms_norm_fn(
+        x, norm_weight, None, residual, eps=eps, prenorm=True, residual_in_fp32=residual_in_fp32,
+        out_dtype=torch.get_autocast_dtype(device_type) if autocast else None,
+    )  # fmt: skip
+    weight = linear_weight.to(y.dtype)
+    bias = None if linear_bias is None else linear_bias.to(y.dtype)
+    out = F.linear(y, weight, bias)
+    return (out, residual_out) if prenorm else out
+
+
+def _check_linear(x, linear_weight, linear_bias) -> None:
+    """``linear_weight`` ``(out_features, N)`` and ``linear_bias`` None or ``(out_features,)``,
+    floating tensors, refused before the norm runs."""
+    if not isinstance(x, torch.Tensor):
+        raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
+    for name, t in (("linear_weight", linear_weight), ("linear_bias", linear_bias)):
+        if t is None and name == "linear_bias":
+            continue
+        if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point:
+            what = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ContractTypeError(f"{name} must be a floating torch.Tensor (got {what})")
+    n = x.shape[-1] if x.dim() else None
+    if linear_weight.dim() != 2 or linear_weight.shape[1] != n:
+        raise ContractValueError(
+            f"linear_weight must have shape (out_features, {n}), x's last dim second (got "
+            f"{tuple(linear_weight.shape)})"
+        )
+    if linear_bias is not None and tuple(linear_bias.shape) != (linear_weight.shape[0],):
+        raise ContractValueError(
+            f"linear_bias must have shape ({linear_weight.shape[0]},), linear_weight's "
+            f"out_features (got {tuple(linear_bias.shape)})"
+        )
 
 
 class RMSNorm(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""Liger-Kernel's RMSNorm API on this package's kernels: swap the import, keep the calls.
+"""Liger-Kernel's RMSNorm API on this package's kernels.
 
 ``from rmsnorm_kernel.integrations.liger import LigerRMSNorm, liger_rms_norm, LigerRMSNormFunction``
 stands in for ``liger_kernel.transformers.rms_norm.LigerRMSNorm``,
@@ -50,9 +50,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import dtensor
-from ..contract import ContractTypeError, ContractValueError, check_contract, check_real
-from ..function import _rmsnorm
+from ... import dtensor
+from ...contract import ContractTypeError, ContractValueError, check_contract, check_real
+from ...function import _rmsnorm
 
 #: Liger's ``_str_to_casting_mode``: names and their integer codes (both are accepted).
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": -1}
@@ -75,16 +75,30 @@ def casting_mode_name(casting_mode) -> str:
     )
 
 
-def _forward(X, W, eps, offset, casting_mode) -> torch.Tensor:
-    """Liger's forward with every argument checked first (see the module docstring)."""
+def check_module_args(init_fn, casting_mode, eps, offset) -> None:
+    """A Liger module's constructor arguments, refused at construction, not at the first
+    forward (Liger asserts ``init_fn`` only)."""
+    if init_fn not in ("ones", "zeros"):
+        raise ContractValueError(f"init_fn must be either 'ones' or 'zeros', got {init_fn!r}")
+    casting_mode_name(casting_mode)
+    check_real("eps", eps)
+    check_real("offset", offset)
+
+
+def _forward(X, W, eps, offset, casting_mode, R=None):
+    """Liger's forward with every argument checked first (see the module docstring): ``Y``, or
+    ``(Y, S)`` with ``S = X + R`` (X's dtype) when the residual ``R`` is given (Liger's fused
+    add, :mod:`.fused_add`)."""
     mode = casting_mode_name(casting_mode)
-    if dtensor.involved(X):  # Liger's tensor-parallel input: gathered, a plain result
+    if R is None and dtensor.involved(X):  # Liger's tensor-parallel input: gathered, plain
         return _PlainGrad.apply(_forward(_Gather.apply(X), W, eps, offset, casting_mode))
     check_real("eps", eps)
     check_real("offset", offset)
     eps, offset = float(eps), float(offset)
     if not isinstance(X, torch.Tensor):
         raise ContractTypeError(f"X must be a torch.Tensor (got {type(X).__name__})")
+    if R is not None:
+        _check_residual(X, R)
     if W is not None:
         if not isinstance(W, torch.Tensor):
             raise ContractTypeError(f"W must be a torch.Tensor or None (got {type(W).__name__})")
@@ -96,14 +110,41 @@ def _forward(X, W, eps, offset, casting_mode) -> torch.Tensor:
     if W is None:
         offset = 0.0  # Liger's kernel skips ``offset + W`` when there is no weight
     check_contract(X, W, eps, offset=offset, eps_positive=False)  # names what it refuses
-    if mode != "llama":  # gemma, none: float32 throughout, one rounding to X's dtype
-        return _rmsnorm(X, W, eps, offset, None, "torch", False)
-    if W is not None and W.dtype == torch.float64 and X.dtype != torch.float64:
+    wide_w = W is not None and W.dtype == torch.float64 and X.dtype != torch.float64
+    if mode == "llama" and wide_w:
         # Liger multiplies the rounded x * r by a float64 (offset + W), then stores X's dtype.
-        normed = _rmsnorm(X, None, eps, 0.0, None, "llama", False)
-        return (normed * (W + offset)).to(X.dtype)
-    y = _rmsnorm(X, W, eps, offset, None, "llama", False)
-    return y if y.dtype == X.dtype else y.to(X.dtype)
+        normed, S = _with_sum(_rmsnorm(X, None, eps, 0.0, R, "llama", False), R)
+        y = (normed * (W + offset)).to(X.dtype)
+    else:
+        # llama: Liger's two roundings; gemma, none: float32 throughout, one rounding
+        rounding = "llama" if mode == "llama" else "torch"
+        y, S = _with_sum(_rmsnorm(X, W, eps, offset, R, rounding, False), R)
+        y = y if y.dtype == X.dtype else y.to(X.dtype)
+    return y if R is None else (y, S)
+
+
+def _with_sum(out, R):
+    """``_rmsnorm``'s result as ``(y, x + residual or None)``."""
+    return out if R is not None else (out, None)
+
+
+def _check_residual(X, R) -> None:
+    """Liger's fused add stores ``S = X + R`` in X's dtype over X's rows: R must be a plain tensor
+    of X's shape, dtype and device (Liger views both as ``(-1, hidden)``; mixed dtypes would
+    round S differently from the sum it normalises)."""
+    if not isinstance(R, torch.Tensor):
+        raise ContractTypeError(f"R must be a torch.Tensor (got {type(R).__name__})")
+    if dtensor.involved(X, R):
+        raise ContractTypeError(
+            "X and R must be plain tensors: Liger's fused add has no DTensor path (for each "
+            "rank's rows with placements kept, call rmsnorm_kernel.rmsnorm(x, w, eps, "
+            "residual=r))"
+        )
+    if R.shape != X.shape or R.dtype != X.dtype or R.device != X.device:
+        raise ContractValueError(
+            f"R must have X's shape {tuple(X.shape)}, dtype {X.dtype} and device {X.device} "
+            f"(got {tuple(R.shape)}, {R.dtype}, {R.device})"
+        )
 
 
 class _Gather(torch.autograd.Function):
@@ -185,11 +226,7 @@ class LigerRMSNorm(nn.Module):
         elementwise_affine=True,
     ):
         super().__init__()
-        if init_fn not in ("ones", "zeros"):
-            raise ContractValueError(f"init_fn must be either 'ones' or 'zeros', got {init_fn!r}")
-        casting_mode_name(casting_mode)  # refused here already, not only at the first forward
-        check_real("eps", eps)
-        check_real("offset", offset)
+        check_module_args(init_fn, casting_mode, eps, offset)
         self.elementwise_affine = elementwise_affine
         if self.elementwise_affine:
             init = torch.ones if init_fn == "ones" else torch.zeros
