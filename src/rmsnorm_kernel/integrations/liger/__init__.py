@@ -7,6 +7,8 @@ never imported):
   llama / gemma / none, Liger's integer codes, DTensor X gathered as Liger does).
 - :mod:`.fused_add`: ``LigerFusedAddRMSNorm``, ``liger_fused_add_rms_norm``,
   ``LigerFusedAddRMSNormFunction``: ``S = X + R`` and its norm in one launch, ``(Y, S)``.
+- :mod:`.modulated`: ``LigerModulatedRMSNorm``, ``liger_modulated_rms_norm``,
+  ``LigerModulatedRMSNormFunction``: ``(1 + scale) * RMSNorm(X) + shift`` (not fused here).
 - :mod:`.models`: ``LigerRMSNormForGemma`` / ``Gemma2`` / ``Gemma3`` / ``Gemma4`` / ``Olmo2`` /
   ``Glm4`` / ``Qwen3Next``, the per-model defaults.
 
@@ -23,6 +25,11 @@ from .models import (
     LigerRMSNormForOlmo2,
     LigerRMSNormForQwen3Next,
 )
+from .modulated import (
+    LigerModulatedRMSNorm,
+    LigerModulatedRMSNormFunction,
+    liger_modulated_rms_norm,
+)
 from .rms_norm import (
     CASTING_MODES,
     LigerRMSNorm,
@@ -35,6 +42,8 @@ __all__ = [
     "CASTING_MODES",
     "LigerFusedAddRMSNorm",
     "LigerFusedAddRMSNormFunction",
+    "LigerModulatedRMSNorm",
+    "LigerModulatedRMSNormFunction",
     "LigerRMSNorm",
     "LigerRMSNormForGemma",
     "LigerRMSNormForGemma2",
@@ -46,5 +55,6 @@ __all__ = [
     "LigerRMSNormFunction",
     "casting_mode_name",
     "liger_fused_add_rms_norm",
+    "liger_modulated_rms_norm",
     "liger_rms_norm",
 ]

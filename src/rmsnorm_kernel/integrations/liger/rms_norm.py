@@ -85,13 +85,16 @@ def check_module_args(init_fn, casting_mode, eps, offset) -> None:
     check_real("offset", offset)
 
 
-def _forward(X, W, eps, offset, casting_mode, R=None):
+def _forward(X, W, eps, offset, casting_mode, R=None, round_to_x=True):
     """Liger's forward with every argument checked first (see the module docstring): ``Y``, or
     ``(Y, S)`` with ``S = X + R`` (X's dtype) when the residual ``R`` is given (Liger's fused
-    add, :mod:`.fused_add`)."""
+    add, :mod:`.fused_add`). ``round_to_x=False``: Y in the kernel's dtype, not rounded to X's
+    where that is wider (llama mode's float32 product beside a float32 W, which Liger's
+    modulated norm keeps until its own store: :mod:`.modulated`)."""
     mode = casting_mode_name(casting_mode)
     if R is None and dtensor.involved(X):  # Liger's tensor-parallel input: gathered, plain
-        return _PlainGrad.apply(_forward(_Gather.apply(X), W, eps, offset, casting_mode))
+        y = _forward(_Gather.apply(X), W, eps, offset, casting_mode, None, round_to_x)
+        return _PlainGrad.apply(y)
     check_real("eps", eps)
     check_real("offset", offset)
     eps, offset = float(eps), float(offset)
@@ -114,12 +117,13 @@ def _forward(X, W, eps, offset, casting_mode, R=None):
     if mode == "llama" and wide_w:
         # Liger multiplies the rounded x * r by a float64 (offset + W), then stores X's dtype.
         normed, S = _with_sum(_rmsnorm(X, None, eps, 0.0, R, "llama", False), R)
-        y = (normed * (W + offset)).to(X.dtype)
+        y = normed * (W + offset)
+        y = y.to(X.dtype) if round_to_x else y
     else:
         # llama: Liger's two roundings; gemma, none: float32 throughout, one rounding
         rounding = "llama" if mode == "llama" else "torch"
         y, S = _with_sum(_rmsnorm(X, W, eps, offset, R, rounding, False), R)
-        y = y if y.dtype == X.dtype else y.to(X.dtype)
+        y = y if y.dtype == X.dtype or not round_to_x else y.to(X.dtype)
     return y if R is None else (y, S)
 
 
