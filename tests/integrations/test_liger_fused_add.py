@@ -176,6 +176,7 @@ REFUSALS = {
         lambda: liger.liger_fused_add_rms_norm(X8, R8.float(), W8, EPS), ValueError, "R must"
     ),
     "R type": (lambda: liger.liger_fused_add_rms_norm(X8, 1.0, W8, EPS), TypeError, "R must"),
+    "R None": (lambda: liger.LigerFusedAddRMSNorm(8)(X8, None), TypeError, "R must"),
     "X type": (lambda: liger.liger_fused_add_rms_norm([1.0], R8, W8, EPS), TypeError, "X"),
     "W shape": (lambda: liger.liger_fused_add_rms_norm(X8, R8, W8[:5], EPS), ValueError, "W"),
     "casting_mode": (

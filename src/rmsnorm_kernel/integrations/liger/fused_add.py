@@ -29,7 +29,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...contract import ContractTypeError
 from .rms_norm import _forward, check_module_args
+
+
+def _fused(X, R, W, eps, offset, casting_mode):
+    """``(Y, S)``; R is required (``_forward`` without one would return Y alone)."""
+    if R is None:
+        raise ContractTypeError("R must be a torch.Tensor, the residual added to X (got None)")
+    return _forward(X, W, eps, offset, casting_mode, R)
 
 
 class LigerFusedAddRMSNormFunction:
@@ -43,7 +51,7 @@ class LigerFusedAddRMSNormFunction:
 
     @staticmethod
     def apply(X, R, W, eps, offset=0.0, casting_mode="llama", in_place=False):
-        return _forward(X, W, eps, offset, casting_mode, R)
+        return _fused(X, R, W, eps, offset, casting_mode)
 
 
 def liger_fused_add_rms_norm(
@@ -51,7 +59,7 @@ def liger_fused_add_rms_norm(
 ):
     """``liger_kernel.transformers.functional.liger_fused_add_rms_norm``: ``(Y, S)`` with
     ``S = X + R`` (X's dtype) and ``Y`` its RMSNorm in X's dtype (see the module docstring)."""
-    return _forward(X, W, eps, offset, casting_mode, R)
+    return _fused(X, R, W, eps, offset, casting_mode)
 
 
 class LigerFusedAddRMSNorm(nn.Module):
