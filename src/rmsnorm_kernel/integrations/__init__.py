@@ -8,7 +8,8 @@
 ``liger``           Liger-Kernel's API: ``LigerRMSNorm``, ``liger_rms_norm``,
                     ``LigerRMSNormFunction.apply`` (casting modes llama / gemma / none), the fused
                     add (``LigerFusedAddRMSNorm``, ``liger_fused_add_rms_norm``), the modulated
-                    norm (``LigerModulatedRMSNorm``) and the per-model classes
+                    norm (``LigerModulatedRMSNorm``), the Megatron-Core norm
+                    (``LigerMegatronRMSNorm``) and the per-model classes
                     (``LigerRMSNormForGemma`` ... ``LigerRMSNormForQwen3Next``).
 ``apex``            NVIDIA Apex's API: ``FusedRMSNorm``, ``MixedFusedRMSNorm``, ``fused_rms_norm``,
                     ``fused_rms_norm_affine``, ``mixed_dtype_fused_rms_norm_affine``.

@@ -9,6 +9,7 @@ never imported):
   ``LigerFusedAddRMSNormFunction``: ``S = X + R`` and its norm in one launch, ``(Y, S)``.
 - :mod:`.modulated`: ``LigerModulatedRMSNorm``, ``liger_modulated_rms_norm``,
   ``LigerModulatedRMSNormFunction``: ``(1 + scale) * RMSNorm(X) + shift`` (not fused here).
+- :mod:`.megatron`: ``LigerMegatronRMSNorm``, Megatron-Core's norm-builder constructor.
 - :mod:`.models`: ``LigerRMSNormForGemma`` / ``Gemma2`` / ``Gemma3`` / ``Gemma4`` / ``Olmo2`` /
   ``Glm4`` / ``Qwen3Next``, the per-model defaults.
 
@@ -16,6 +17,7 @@ Each module's docstring lists where it differs from Liger.
 """
 
 from .fused_add import LigerFusedAddRMSNorm, LigerFusedAddRMSNormFunction, liger_fused_add_rms_norm
+from .megatron import LigerMegatronRMSNorm
 from .models import (
     LigerRMSNormForGemma,
     LigerRMSNormForGemma2,
@@ -42,6 +44,7 @@ __all__ = [
     "CASTING_MODES",
     "LigerFusedAddRMSNorm",
     "LigerFusedAddRMSNormFunction",
+    "LigerMegatronRMSNorm",
     "LigerModulatedRMSNorm",
     "LigerModulatedRMSNormFunction",
     "LigerRMSNorm",
