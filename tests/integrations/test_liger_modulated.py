@@ -144,3 +144,21 @@ def test_modulated_refusals_before_any_kernel(case):
     with pytest.raises((ValueError, TypeError), match=re.escape(name)):
         call()
     assert rk.CALLS["forward"] == 0
+
+
+def test_none_mode_modulates_float32_rows():
+    """``"none"``: the rows enter the modulation in float32, so scale's gradient (a sum over 512
+    rows) is the float64 sum to within one rounding to bf16, where sums of bf16-rounded rows miss
+    small (cancelling) sums by many of their ulps."""
+    x = make_x((8, 64, 37), BF16)
+    w = make_w(37, BF16)
+    scale = leaf((torch.randn(37) * 0.1).to(BF16))
+    y = liger.liger_modulated_rms_norm(x, w, scale, None, EPS, 0.0, "none")
+    dy = torch.randn(8, 64, 37).to(BF16)
+    y.backward(dy)
+    xd = x.double()
+    rows = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
+    ref = (dy.double() * rows).sum((0, 1))
+    ulp = torch.finfo(BF16).eps * ref.abs().to(BF16).double()  # one bf16 ulp of each sum
+    err = (scale.grad.double() - ref).abs()
+    assert (err <= ulp + 1e-4).all(), (err - ulp).max()

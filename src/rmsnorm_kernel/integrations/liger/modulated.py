@@ -12,13 +12,17 @@ N values; ``k`` must divide X's row count M, and row ``i`` of X takes modulation
 ``i // (M / k)``: one row for all (``(N,)``), one per batch of a ``(B, T, N)`` X (``(B, N)``), or
 one per row (X's shape).
 
-Here the norm is this package's kernel (Y kept in the kernel's dtype where Liger keeps it: the
-llama mode's float32 product beside a float32 W), and the modulation is two PyTorch element-wise
-ops on it, rounded once to X's dtype; the gradients of scale and shift are autograd's sums over
-each modulation row's rows (deterministic, where Liger's use float atomics), in their own dtypes.
-Not fused: the normalised rows are written once and read again, where Liger's kernel modulates
-before its one store. Besides :mod:`.rms_norm`'s differences (``"none"`` computed in float32,
-``in_place`` ignored), nothing differs.
+Here the norm is this package's kernel and the modulation two PyTorch element-wise ops on its
+rows, whose result is stored in X's dtype. The rows enter the modulation as Liger's do: rounded
+to X's dtype where Liger rounds them (llama: ``x * r`` before the weight; gemma: the normed
+product), in float32 where Liger keeps them wider (llama's product beside a float32 W). In
+``"none"`` mode, which Liger computes in X's dtype, everything here is float32 (X and W widened
+exactly) and rounded once at the end, so the gradients of scale and shift are sums of float32
+products too (Liger's backward also recomputes unrounded rows for them). The gradients of scale
+and shift are autograd's sums over each modulation row's rows (deterministic, where Liger's use
+float atomics), in their own dtypes. Not fused: the normalised rows are written once and read
+again, where Liger's kernel modulates before its one store. Besides :mod:`.rms_norm`'s
+differences (``in_place`` ignored), nothing differs.
 """
 
 from __future__ import annotations
@@ -27,7 +31,14 @@ import torch
 from torch import nn
 
 from ...contract import ContractTypeError, ContractValueError
-from .rms_norm import _forward, check_module_args
+from .rms_norm import _forward, casting_mode_name, check_module_args
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _widened(t):
+    """A 16-bit tensor in float32 (exact; differentiable), anything else as it is."""
+    return t.float() if isinstance(t, torch.Tensor) and t.dtype in _HALF else t
 
 
 def _check_modulation(X, scale, shift) -> int:
@@ -65,7 +76,11 @@ def _check_modulation(X, scale, shift) -> int:
 
 def _modulated(X, W, scale, shift, eps, offset, casting_mode) -> torch.Tensor:
     k = _check_modulation(X, scale, shift)
-    y = _forward(X, W, eps, offset, casting_mode, round_to_x=False)
+    if casting_mode_name(casting_mode) == "none":  # float32 rows into the modulation (docstring)
+        X_in, W_in = _widened(X), None if W is None else _widened(W)
+    else:
+        X_in, W_in = X, W
+    y = _forward(X_in, W_in, eps, offset, casting_mode, round_to_x=False)
     n = y.shape[-1]
     blocks = (k, y.numel() // (k * n), n)  # modulation row i serves block i of X's rows
     out = y.reshape(blocks) * (1 + scale.reshape(k, 1, n))
