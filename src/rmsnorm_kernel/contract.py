@@ -133,17 +133,17 @@ def check_no_columns(x: torch.Tensor, weight: torch.Tensor | None, eps: float | 
         _check_real("eps", eps, positive=False)
 
 
-def _check_device(x: torch.Tensor) -> None:
+def _check_device(x: torch.Tensor, name: str = "x") -> None:
     if x.device.type == "meta":  # shapes only (function._through_op): nothing is launched
         return
     if BACKEND == "cuda" and x.device.type != "cuda":
         raise ContractValueError(
-            "x must be on a CUDA device: kernels are compiled for the GPU "
+            f"{name} must be on a CUDA device: kernels are compiled for the GPU "
             f"(got device {x.device}); "
             "move it with .cuda() or set TRITON_INTERPRET=1 before importing rmsnorm_kernel"
         )
     if x.device.type not in ("cuda", "cpu"):
-        raise ContractValueError(f"x must be on a cpu, cuda or meta device (got {x.device})")
+        raise ContractValueError(f"{name} must be on a cpu, cuda or meta device (got {x.device})")
 
 
 _DTYPE_SET = frozenset(SUPPORTED_DTYPES)
@@ -208,48 +208,51 @@ def check_contract(
     residual: torch.Tensor | None = None,
     rounding: str = "torch",
     eps_positive: bool = True,
+    names: tuple[str, str] = ("x", "weight"),
 ) -> None:
     """Raise ``TypeError``/``ValueError`` if the arguments break a rule the kernels rely on.
 
-    ``eps_positive=False``: any finite eps, ``F.rms_norm``'s domain (the drop-ins' rule)."""
+    ``eps_positive=False``: any finite eps, ``F.rms_norm``'s domain (the drop-ins' rule).
+    ``names``: what the messages call x and weight (a drop-in's own argument names)."""
     if (rounding == "torch" or rounding == "llama") and _common_case_ok(
         x, weight, eps, offset, residual, rounding
     ):
         return
     if not isinstance(rounding, str) or rounding not in ROUNDINGS:
         raise ContractValueError(f"rounding must be one of {ROUNDINGS} (got {rounding!r})")
+    xn, wn = names
     if not isinstance(x, torch.Tensor):
-        raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
-    _check_dtype("x", x)
+        raise ContractTypeError(f"{xn} must be a torch.Tensor (got {type(x).__name__})")
+    _check_dtype(xn, x)
     if x.dim() < 1:
         raise ContractValueError(
-            f"x must have at least 1 dim [..., N] (got shape {tuple(x.shape)})"
+            f"{xn} must have at least 1 dim [..., N] (got shape {tuple(x.shape)})"
         )
     n = x.shape[-1]
     if not 1 <= n <= MAX_N:
-        raise ContractValueError(f"x's last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
-    _check_device(x)
+        raise ContractValueError(f"{xn}'s last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
+    _check_device(x, xn)
     _check_real("eps", eps, positive=eps_positive)
     _check_real("offset", offset, positive=False)
 
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
             raise ContractTypeError(
-                f"weight must be a torch.Tensor or None (got {type(weight).__name__})"
+                f"{wn} must be a torch.Tensor or None (got {type(weight).__name__})"
             )
-        _check_dtype("weight", weight)
+        _check_dtype(wn, weight)
         if tuple(weight.shape) != (n,):
             raise ContractValueError(
-                f"weight must have shape (N,) = ({n},) (got {tuple(weight.shape)})"
+                f"{wn} must have shape (N,) = ({n},) (got {tuple(weight.shape)})"
             )
         if weight.device != x.device:
             raise ContractValueError(
-                f"weight must be on x's device {x.device} (got {weight.device})"
+                f"{wn} must be on {xn}'s device {x.device} (got {weight.device})"
             )
         if rounding == "llama" and weight.dtype == torch.float64 and x.dtype != torch.float64:
             raise ContractTypeError(
-                "rounding='llama' with a float64 weight needs float64 x "
-                f"(got x {x.dtype}): multiply by the weight outside the kernel"
+                f"rounding='llama' with a float64 {wn} needs float64 {xn} "
+                f"(got {xn} {x.dtype}): multiply by the weight outside the kernel"
             )
     elif float(offset) != 0.0:
         raise ContractValueError(

@@ -56,7 +56,7 @@ def test_rms_norm_ref_every_argument_against_float64():
     rowscale = torch.rand(3, 5) + 0.5
     y = fa.rms_norm_ref(x, w, None, rowscale=rowscale)
     close(y, rms64(d(x) * d(rowscale)[..., None], d(w)), F32, "rowscale")
-    with pytest.raises(ValueError, match="rowscale"):
+    with pytest.raises(AssertionError, match="rowscale"):  # flash-attn asserts it
         fa.rms_norm_ref(x, w, None, x1=x1, rowscale=rowscale)
 
 
@@ -179,6 +179,26 @@ REFUSALS = {
         lambda: fa.layer_norm_linear_fn(X, W, None, [1.0], None, is_rms_norm=True), TypeError,
         "linear_weight",
     ),
+    "norm_weight None": (
+        lambda: fa.layer_norm_linear_fn(X, None, None, LW, None, is_rms_norm=True), TypeError,
+        "norm_weight",
+    ),
+    "norm_weight shape": (
+        lambda: fa.layer_norm_linear_fn(X, W[:5], None, LW, None, is_rms_norm=True), ValueError,
+        "norm_weight",
+    ),
+    "linear_weight device": (
+        lambda: fa.layer_norm_linear_fn(X, W, None, LW.to("meta"), None, is_rms_norm=True),
+        ValueError, "linear_weight must be on x's device",
+    ),
+    "linear_bias device": (
+        lambda: fa.layer_norm_linear_fn(X, W, None, LW, LB.to("meta"), is_rms_norm=True),
+        ValueError, "linear_bias must be on x's device",
+    ),
+    "x 0-d": (
+        lambda: fa.layer_norm_linear_fn(X[0, 0], W, None, LW, None, is_rms_norm=True),
+        ValueError, "x must have at least 1 dim",
+    ),
     "linear_bias dtype": (
         lambda: fa.layer_norm_linear_fn(X, W, None, LW, LB.long(), is_rms_norm=True), TypeError,
         "linear_bias",
@@ -192,3 +212,12 @@ def test_layer_norm_linear_fn_refusals_before_any_kernel(case):
     with pytest.raises(error, match=re.escape(name)):
         call()
     assert rk.CALLS["forward"] == 0
+
+
+def test_is_rms_norm_takes_any_true_value():
+    """flash-attn passes ``is_rms_norm`` to its kernel as a flag: 1 works as True does."""
+    assert torch.equal(
+        fa.layer_norm_fn(X, W, None, is_rms_norm=1), fa.layer_norm_fn(X, W, None, is_rms_norm=True)
+    )
+    got = fa.layer_norm_linear_fn(X, W, None, LW, None, is_rms_norm=1)
+    assert torch.equal(got, fa.layer_norm_linear_fn(X, W, None, LW, None, is_rms_norm=True))

@@ -179,6 +179,13 @@ REFUSALS = {
     "R None": (lambda: liger.LigerFusedAddRMSNorm(8)(X8, None), TypeError, "R must"),
     "X type": (lambda: liger.liger_fused_add_rms_norm([1.0], R8, W8, EPS), TypeError, "X"),
     "W shape": (lambda: liger.liger_fused_add_rms_norm(X8, R8, W8[:5], EPS), ValueError, "W"),
+    "W device": (
+        lambda: liger.liger_fused_add_rms_norm(X8, R8, W8.to("meta"), EPS), ValueError,
+        "W must be on X's device",
+    ),
+    "X int": (
+        lambda: liger.liger_rms_norm(X8.long(), None, EPS), TypeError, "X must have dtype"
+    ),
     "casting_mode": (
         lambda: liger.LigerFusedAddRMSNormFunction.apply(X8, R8, W8, EPS, 0.0, "fp32"),
         ValueError, "casting_mode",
@@ -189,6 +196,9 @@ REFUSALS = {
     ),
     "module casting_mode": (
         lambda: liger.LigerFusedAddRMSNorm(8, casting_mode="bf16"), ValueError, "casting_mode"
+    ),
+    "megatron hidden_size float": (
+        lambda: liger.LigerMegatronRMSNorm(None, 8.0), TypeError, "hidden_size must be an int"
     ),
     "model init_fn": (
         lambda: liger.LigerRMSNormForGemma(8, init_fn="normal"), ValueError, "init_fn"

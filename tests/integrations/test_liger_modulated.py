@@ -133,6 +133,7 @@ REFUSALS = {
     "scale type": (lambda: MOD(X, None, 0.5), "scale must be"),
     "shift size": (lambda: MOD(X, None, S, torch.zeros(37)), "shift must"),
     "X type": (lambda: MOD([1.0], None, S), "X must"),
+    "X 0-d": (lambda: MOD(X[0, 0, 0], None, S), "X must have at least 1 dim"),
     "casting_mode": (lambda: MOD(X, None, S, casting_mode="x"), "casting_mode"),
     "init_fn": (lambda: liger.LigerModulatedRMSNorm(37, init_fn="normal"), "init_fn"),
 }  # fmt: skip
@@ -162,3 +163,19 @@ def test_none_mode_modulates_float32_rows():
     ulp = torch.finfo(BF16).eps * ref.abs().to(BF16).double()  # one bf16 ulp of each sum
     err = (scale.grad.double() - ref).abs()
     assert (err <= ulp + 1e-4).all(), (err - ulp).max()
+
+
+def test_llama_mode_keeps_the_weighted_rows_float32():
+    """Liger's llama mode makes ``offset + W`` float32 whatever W's dtype, so the weighted rows
+    reach the modulation unrounded and Y is rounded once: with float16 X, W, scale and shift,
+    (nearly) every element is the correctly rounded value of that arithmetic in float64 (the
+    one rounding of ``x * r`` to float16 included), where rounding the weighted rows and each
+    float16 op misses about a quarter of them."""
+    x, w = make_x((64, 64), F16), make_w(64, F16)
+    scale, shift = (torch.randn(64) * 0.5).to(F16), torch.randn(64).to(F16)
+    y = liger.liger_modulated_rms_norm(x, w, scale, shift, EPS, 0.0, "llama")
+    xd = x.double()
+    n = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + EPS)).to(F16).double()
+    one_plus = (1 + scale).double()  # 1 + scale in float16 (Liger: a float constant + float16)
+    want = (n * w.double() * one_plus + shift.double()).to(F16)
+    assert (y != want).float().mean() < 0.02, (y != want).float().mean()

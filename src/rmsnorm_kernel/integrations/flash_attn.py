@@ -244,7 +244,7 @@ def layer_norm_fn(
     """``flash_attn.ops.triton.layer_norm.layer_norm_fn``: with ``is_rms_norm=True`` it is
     :func:`rms_norm_fn` (as in flash-attn); LayerNorm (``is_rms_norm=False``, flash-attn's
     default) is not this package's and is refused."""
-    if is_rms_norm is not True:
+    if not is_rms_norm:  # any true value, as flash-attn's kernel flag
         raise UnsupportedArgumentError(
             f"layer_norm_fn computes RMSNorm only here: is_rms_norm must be True (got "
             f"{is_rms_norm!r}); LayerNorm is not supported by rmsnorm_kernel"
@@ -270,7 +270,7 @@ def layer_norm_linear_fn(
     gradients, one activation of memory more here). ``norm_bias`` (LayerNorm's) and
     ``is_rms_norm=False`` are refused.
     """
-    if is_rms_norm is not True:
+    if not is_rms_norm:  # any true value, as flash-attn's kernel flag
         raise UnsupportedArgumentError(
             f"layer_norm_linear_fn computes RMSNorm only here: is_rms_norm must be True (got "
             f"{is_rms_norm!r}); LayerNorm is not supported by rmsnorm_kernel"
@@ -280,7 +280,7 @@ def layer_norm_linear_fn(
             "norm_bias is not supported by rmsnorm_kernel's layer_norm_linear_fn (RMSNorm has "
             "none): it must be None"
         )
-    _check_linear(x, linear_weight, linear_bias)
+    _check_linear(x, norm_weight, linear_weight, linear_bias)
     device_type = x.device.type
     autocast = torch.is_autocast_enabled(device_type)
     y, residual_out = rms_norm_fn(
@@ -293,18 +293,32 @@ def layer_norm_linear_fn(
     return (out, residual_out) if prenorm else out
 
 
-def _check_linear(x, linear_weight, linear_bias) -> None:
-    """``linear_weight`` ``(out_features, N)`` and ``linear_bias`` None or ``(out_features,)``,
-    floating tensors, refused before the norm runs."""
+def _check_linear(x, norm_weight, linear_weight, linear_bias) -> None:
+    """``norm_weight`` ``(N,)``, ``linear_weight`` ``(out_features, N)`` and ``linear_bias`` None
+    or ``(out_features,)``: floating tensors on x's device, refused before the norm runs."""
     if not isinstance(x, torch.Tensor):
         raise ContractTypeError(f"x must be a torch.Tensor (got {type(x).__name__})")
-    for name, t in (("linear_weight", linear_weight), ("linear_bias", linear_bias)):
+    if x.dim() < 1:
+        raise ContractValueError(
+            f"x must have at least 1 dim [..., N] (got shape {tuple(x.shape)})"
+        )
+    n = x.shape[-1]
+    for name, t in (
+        ("norm_weight", norm_weight),
+        ("linear_weight", linear_weight),
+        ("linear_bias", linear_bias),
+    ):
         if t is None and name == "linear_bias":
             continue
         if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point:
             what = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
             raise ContractTypeError(f"{name} must be a floating torch.Tensor (got {what})")
-    n = x.shape[-1] if x.dim() else None
+        if t.device != x.device:
+            raise ContractValueError(f"{name} must be on x's device {x.device} (got {t.device})")
+    if tuple(norm_weight.shape) != (n,):
+        raise ContractValueError(
+            f"norm_weight must have shape (N,) = ({n},) (got {tuple(norm_weight.shape)})"
+        )
     if linear_weight.dim() != 2 or linear_weight.shape[1] != n:
         raise ContractValueError(
             f"linear_weight must have shape (out_features, {n}), x's last dim second (got "

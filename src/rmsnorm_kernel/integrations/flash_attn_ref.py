@@ -43,8 +43,8 @@ def _reference(
     if zero_centered_weight:
         weight = weight + 1.0
         weight1 = None if weight1 is None else weight1 + 1.0
-    if x1 is not None and rowscale is not None:
-        raise ValueError("rowscale is not supported with the parallel norm: x1 must be None")
+    if x1 is not None and rowscale is not None:  # flash-attn asserts this
+        raise AssertionError("rowscale is not supported with the parallel norm: x1 must be None")
     if rowscale is not None:
         x = x * rowscale[..., None]
     if dropout_p > 0.0:

@@ -17,7 +17,7 @@ import numbers
 import torch
 from torch.nn import Parameter, init
 
-from ...contract import ContractValueError, check_real
+from ...contract import ContractTypeError, ContractValueError, check_real
 from .rms_norm import _forward
 
 
@@ -52,6 +52,13 @@ class LigerMegatronRMSNorm(torch.nn.Module):
         )
         if isinstance(hidden_size, numbers.Integral):
             hidden_size = (hidden_size,)
+        if not isinstance(hidden_size, (tuple, list, torch.Size)) or not all(
+            isinstance(d, numbers.Integral) for d in hidden_size
+        ):
+            raise ContractTypeError(
+                "hidden_size must be an int or a one-element shape of ints (got "
+                f"{type(hidden_size).__name__} {hidden_size!r})"
+            )
         self.hidden_size = torch.Size(hidden_size)
         if len(self.hidden_size) != 1:
             raise ContractValueError(

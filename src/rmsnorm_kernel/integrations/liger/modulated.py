@@ -15,13 +15,16 @@ one per row (X's shape).
 Here the norm is this package's kernel and the modulation two PyTorch element-wise ops on its
 rows, whose result is stored in X's dtype. The rows enter the modulation as Liger's do: rounded
 to X's dtype where Liger rounds them (llama: ``x * r`` before the weight; gemma: the normed
-product), in float32 where Liger keeps them wider (llama's product beside a float32 W). In
+product), in float32 where Liger keeps them wider (llama's product by ``offset + W``, which
+Liger makes float32 whatever W's dtype: a 16-bit W is widened here). In
 ``"none"`` mode, which Liger computes in X's dtype, everything here is float32 (X and W widened
 exactly) and rounded once at the end, so the gradients of scale and shift are sums of float32
 products too (Liger's backward also recomputes unrounded rows for them). The gradients of scale
 and shift are autograd's sums over each modulation row's rows (deterministic, where Liger's use
 float atomics), in their own dtypes. Not fused: the normalised rows are written once and read
-again, where Liger's kernel modulates before its one store. Besides :mod:`.rms_norm`'s
+again, where Liger's kernel modulates before its one store. Under ``torch.compile`` Inductor
+fuses the two element-wise ops and computes them in float32 before one rounding, so 16-bit
+results may differ from eager (and from Liger's) in the last bit. Besides :mod:`.rms_norm`'s
 differences (``in_place`` ignored), nothing differs.
 """
 
@@ -45,8 +48,12 @@ def _check_modulation(X, scale, shift) -> int:
     """The number of modulation rows ``k``; refuses what Liger asserts, naming the argument."""
     if not isinstance(X, torch.Tensor):
         raise ContractTypeError(f"X must be a torch.Tensor (got {type(X).__name__})")
-    n = X.shape[-1] if X.dim() else 0
-    rows = X.numel() // n if n else 0
+    if X.dim() < 1 or X.shape[-1] < 1:
+        raise ContractValueError(
+            f"X must have at least 1 dim and a last dim N >= 1 (got shape {tuple(X.shape)})"
+        )
+    n = X.shape[-1]
+    rows = X.numel() // n
     for name, t in (("scale", scale), ("shift", shift)):
         if t is None and name == "shift":
             continue
@@ -55,7 +62,7 @@ def _check_modulation(X, scale, shift) -> int:
             raise ContractTypeError(f"{name} must be a floating torch.Tensor (got {what})")
         if t.device != X.device:
             raise ContractValueError(f"{name} must be on X's device {X.device} (got {t.device})")
-    if n == 0 or scale.numel() % n or scale.numel() == 0:
+    if scale.numel() % n or scale.numel() == 0:
         raise ContractValueError(
             f"scale must hold whole rows of X's hidden size {n}: at least one, numel a multiple "
             f"of {n} (got shape {tuple(scale.shape)})"
@@ -76,10 +83,11 @@ def _check_modulation(X, scale, shift) -> int:
 
 def _modulated(X, W, scale, shift, eps, offset, casting_mode) -> torch.Tensor:
     k = _check_modulation(X, scale, shift)
-    if casting_mode_name(casting_mode) == "none":  # float32 rows into the modulation (docstring)
-        X_in, W_in = _widened(X), None if W is None else _widened(W)
-    else:
-        X_in, W_in = X, W
+    mode = casting_mode_name(casting_mode)
+    # The rows enter the modulation as wide as Liger keeps them (module docstring): llama's
+    # ``offset + W`` is float32 there, so is its product; "none" is float32 throughout here.
+    X_in = _widened(X) if mode == "none" else X
+    W_in = _widened(W) if mode in ("none", "llama") else W
     y = _forward(X_in, W_in, eps, offset, casting_mode, round_to_x=False)
     n = y.shape[-1]
     blocks = (k, y.numel() // (k * n), n)  # modulation row i serves block i of X's rows

@@ -112,7 +112,7 @@ def _forward(X, W, eps, offset, casting_mode, R=None, round_to_x=True):
             )
     if W is None:
         offset = 0.0  # Liger's kernel skips ``offset + W`` when there is no weight
-    check_contract(X, W, eps, offset=offset, eps_positive=False)  # names what it refuses
+    check_contract(X, W, eps, offset=offset, eps_positive=False, names=("X", "W"))
     wide_w = W is not None and W.dtype == torch.float64 and X.dtype != torch.float64
     if mode == "llama" and wide_w:
         # Liger multiplies the rounded x * r by a float64 (offset + W), then stores X's dtype.
