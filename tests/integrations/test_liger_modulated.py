@@ -179,3 +179,17 @@ def test_llama_mode_keeps_the_weighted_rows_float32():
     one_plus = (1 + scale).double()  # 1 + scale in float16 (Liger: a float constant + float16)
     want = (n * w.double() * one_plus + shift.double()).to(F16)
     assert (y != want).float().mean() < 0.02, (y != want).float().mean()
+
+
+def test_the_rows_gradient_is_rounded_as_liger_rounds_it():
+    """Liger's backward rounds ``dY * (1 + scale)`` to 16 bits (its ``dRms_row``) before W's
+    gradient sums it: W's gradient here is bit for bit the plain norm's for that rounded
+    gradient (the kernel's float32 sum, rounded once to W's dtype)."""
+    x, w = make_x((4, 16, 37), BF16), make_w(37, BF16)
+    scale = (torch.randn(37) * 0.1).to(BF16)
+    dy = torch.randn(4, 16, 37).to(BF16)
+    w1 = leaf(w)
+    liger.liger_modulated_rms_norm(x, w1, scale, None, EPS, 0.0, "llama").backward(dy)
+    w2 = leaf(w.float())
+    liger.liger_rms_norm(x, w2, EPS, 0.0, "llama").backward(dy * (1 + scale))  # bf16 product
+    assert torch.equal(w1.grad, w2.grad.to(BF16))
