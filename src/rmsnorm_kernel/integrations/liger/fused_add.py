@@ -26,11 +26,10 @@ one rounding, ``in_place`` accepted and ignored):
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from ...contract import ContractTypeError
-from .rms_norm import _forward, check_module_args
+from .rms_norm import _forward, add_weight, check_module_args
 
 
 def _fused(X, R, W, eps, offset, casting_mode):
@@ -89,8 +88,7 @@ class LigerFusedAddRMSNorm(nn.Module):
     ):
         super().__init__()
         check_module_args(init_fn, casting_mode, eps, offset)
-        init = torch.ones if init_fn == "ones" else torch.zeros
-        self.weight = nn.Parameter(init(hidden_size))
+        add_weight(self, hidden_size, init_fn)
         self.variance_epsilon, self.offset, self.casting_mode, self.in_place = (
             eps,
             offset,

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ...contract import ContractTypeError, ContractValueError
-from .rms_norm import _forward, casting_mode_name, check_module_args
+from .rms_norm import _forward, add_weight, casting_mode_name, check_module_args
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -168,11 +168,7 @@ class LigerModulatedRMSNorm(nn.Module):
         super().__init__()
         check_module_args(init_fn, casting_mode, eps, offset)
         self.elementwise_affine = elementwise_affine
-        if self.elementwise_affine:
-            init = torch.ones if init_fn == "ones" else torch.zeros
-            self.weight = nn.Parameter(init(hidden_size))
-        else:
-            self.register_parameter("weight", None)
+        add_weight(self, hidden_size, init_fn, elementwise_affine)
         self.variance_epsilon = eps
         self.offset = offset
         self.casting_mode = casting_mode

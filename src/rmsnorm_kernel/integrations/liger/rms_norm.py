@@ -85,6 +85,16 @@ def check_module_args(init_fn, casting_mode, eps, offset) -> None:
     check_real("offset", offset)
 
 
+def add_weight(module: nn.Module, hidden_size, init_fn: str, affine: bool = True) -> None:
+    """A Liger module's ``weight``: ``(hidden_size,)`` of ones or zeros in the default dtype, as
+    Liger creates it, or None (``affine=False``)."""
+    if affine:
+        init = torch.ones if init_fn == "ones" else torch.zeros
+        module.weight = nn.Parameter(init(hidden_size))
+    else:
+        module.register_parameter("weight", None)
+
+
 def _forward(X, W, eps, offset, casting_mode, R=None, round_to_x=True):
     """Liger's forward with every argument checked first (see the module docstring): ``Y``, or
     ``(Y, S)`` with ``S = X + R`` (X's dtype) when the residual ``R`` is given (Liger's fused
@@ -232,11 +242,7 @@ class LigerRMSNorm(nn.Module):
         super().__init__()
         check_module_args(init_fn, casting_mode, eps, offset)
         self.elementwise_affine = elementwise_affine
-        if self.elementwise_affine:
-            init = torch.ones if init_fn == "ones" else torch.zeros
-            self.weight = nn.Parameter(init(hidden_size))
-        else:
-            self.register_parameter("weight", None)
+        add_weight(self, hidden_size, init_fn, elementwise_affine)
         self.variance_epsilon, self.offset, self.casting_mode, self.in_place, self.row_mode = (
             eps,
             offset,
