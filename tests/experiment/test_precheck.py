@@ -257,6 +257,36 @@ def test_another_branchs_last_ckpt_is_refused_before_hydra_makes_the_run_dir(
     assert not run_dir.exists() and not (tmp_path / "sweep").exists()
 
 
+def test_an_unreadable_last_ckpt_is_refused_with_the_reason_in_the_users_terms(
+    tmp_path, monkeypatch, capsys
+):
+    """torch.load's own errors for these say e.g. ``KeyError: 101`` or ``EOFError:``; the
+    refusal says what the file is instead (and still exits 2 with nothing written)."""
+    good = _last_ckpt(tmp_path / "a" / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    empty, text, damaged, code = (tmp_path / f"{n}.ckpt" for n in ("empty", "text", "cut", "obj"))
+    empty.write_bytes(b"")
+    text.write_text("hello\n")
+    damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    torch.save({"module": torch.nn.Linear(2, 2)}, code)  # a pickled class: weights-only refuses
+    head = "ckpt_path must be a Lightning checkpoint of this project; "
+    cases = {
+        empty: f"{head}{empty} is empty (0 bytes): a run that was killed while saving? start "
+        "without ckpt_path",
+        text: f"{head}{text} is not a file torch.save wrote (it starts with b'hell'), so not a "
+        "last.ckpt",
+        damaged: f"{head}{damaged} is a damaged or truncated torch.save file (RuntimeError: ",
+        code: f"{head}{code} holds pickled Python objects beyond tensors and plain containers, "
+        "which a weights-only load refuses (nothing in it was run): a last.ckpt of this project "
+        "holds none",
+    }
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.iterdir())
+    for path, message in cases.items():
+        said = _refused([SMALL, f"ckpt_path={path}", f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+        assert said.startswith(message) if message.endswith("(RuntimeError: ") else said == message
+    assert sorted(tmp_path.iterdir()) == before
+
+
 def test_a_finished_run_may_be_trained_on_in_its_own_dir_explicitly(tmp_path):
     run_dir = _finished(tmp_path / "done")
     last = _last_ckpt(run_dir / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)

@@ -149,11 +149,40 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         except RuntimeError:  # a file torch.save wrote without its zip format cannot be mapped
             checkpoint = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, not a checkpoint, pickled code...
+        why = _unreadable(path, e)
         raise ResumeRefused(
-            f"ckpt_path must be a Lightning checkpoint of this project; {path} cannot be read "
-            f"({type(e).__name__}: {' '.join(str(e).split())[:200]})"
+            f"ckpt_path must be a Lightning checkpoint of this project; {path} {why}"
         ) from e
     return checkpoint if isinstance(checkpoint, dict) else {}
+
+
+#: The first bytes of what ``torch.save`` writes: a zip archive (the default since torch 1.6), or
+#: a pickle stream (protocol 2+ starts with 0x80) from ``_use_new_zipfile_serialization=False``.
+_ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """Why ``torch.load`` could not read ``path``, in the user's terms (torch's own message for
+    a file that is not a torch.save file at all is e.g. ``KeyError: 101``, which says nothing)."""
+    detail = f"{type(error).__name__}: {' '.join(str(error).split())[:160]}"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:  # a dir, no permission...
+        return f"cannot be opened ({type(e).__name__}: {e.strerror or e})"
+    if not head:
+        return "is empty (0 bytes): a run that was killed while saving? start without ckpt_path"
+    if not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
+        return f"is not a file torch.save wrote (it starts with {head!r}), so not a last.ckpt"
+    if "weights only load failed" in str(error).lower():
+        # weights_only=True refused a pickled object beyond tensors and plain containers; nothing
+        # in the file was run, and we do not load such a file (it could run code).
+        return (
+            "holds pickled Python objects beyond tensors and plain containers, which a "
+            "weights-only load refuses (nothing in it was run): a last.ckpt of this project "
+            "holds none"
+        )
+    return f"is a damaged or truncated torch.save file ({detail})"
 
 
 def _identity(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
