@@ -396,3 +396,23 @@ def test_a_ddp_run_is_checked_as_the_processes_train_starts_see_it(monkeypatch):
     with pytest.raises(SettingsError, match=r"is not compatible with an interactive environment"):
         check_train_config(compose_cfg([*ddp, "trainer.devices=1"]), paths=False)
     assert accelerator_connector._IS_INTERACTIVE is True  # left as it was
+
+
+@pytest.mark.parametrize("gone", [0, 1, 2], ids=["precision-parser", "connector", "interactive"])
+def test_a_lightning_without_the_private_names_asked_skips_that_check_visibly(
+    gone, monkeypatch, no_gpu_no_liger
+):
+    """The trainer check asks private Lightning names; a Lightning that moved one must not stop
+    every run: the check is skipped with a warning naming it, and the Trainer checks later."""
+    import importlib
+
+    from rmsnorm_kernel.experiment.core import settings
+
+    module, name = settings._LIGHTNING_PRIVATE[gone]
+    with monkeypatch.context() as moved:
+        moved.delattr(importlib.import_module(module), name)
+        with pytest.warns(settings.PrecheckSkipped, match=rf"has no {module}\.{name}; trainer\."):
+            check_train_config(compose_cfg(["trainer.precision=bf17"]), paths=False)
+    # with Lightning as installed, the same setting is refused
+    with pytest.raises(SettingsError, match=r"^trainer\.precision must be a precision Lightning"):
+        check_train_config(compose_cfg(["trainer.precision=bf17"]), paths=False)

@@ -260,8 +260,10 @@ def check_trainer(cfg: Any, here: bool = True) -> None:
         return
     if trainer.get("_target_") not in LIGHTNING_TRAINERS:
         return
-    from lightning.fabric.connector import _convert_precision_to_unified_args
-
+    parts = _lightning_parts()
+    if parts is None:
+        return
+    _convert_precision_to_unified_args, accelerator_connector = parts
     asked = {k: trainer[k] for k in CONNECTOR_KEYS if k in trainer}
     if "precision" in asked:
         try:
@@ -282,7 +284,7 @@ def check_trainer(cfg: Any, here: bool = True) -> None:
     except Exception as e:  # noqa: BLE001 - ValueError, Lightning's MisconfigurationException
         raise SettingsError(" ".join(str(e).split())) from e
     check_shards(cfg, world)
-    connector, said = _connector(asked, spawned=world > 1)
+    connector, said = _connector(accelerator_connector, asked, spawned=world > 1)
     if "precision" in asked:
         wanted = _convert_precision_to_unified_args(asked["precision"])
         runs = getattr(connector.precision_plugin, "precision", wanted)
@@ -296,7 +298,52 @@ def check_trainer(cfg: Any, here: bool = True) -> None:
             )
 
 
-def _connector(asked: dict[str, Any], spawned: bool = False) -> tuple[Any, list[Warning]]:
+class PrecheckSkipped(UserWarning):
+    """The pre-check could not ask Lightning (its private parts moved): the Trainer checks its
+    settings itself when it is built, after Hydra has made the run dir."""
+
+
+#: The private Lightning names the trainer check asks (present in Lightning 2.2 to 2.6).
+_LIGHTNING_PRIVATE = (
+    ("lightning.fabric.connector", "_convert_precision_to_unified_args"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector"),
+    ("lightning.pytorch.trainer.connectors.accelerator_connector", "_IS_INTERACTIVE"),
+)
+
+
+def _lightning_parts() -> tuple[Any, Any] | None:
+    """Lightning's precision parser and accelerator-connector module, or None, with a
+    :class:`PrecheckSkipped` warning naming what is missing, when this Lightning lacks them:
+    a newer Lightning may move private names, and the run must not fail on that alone."""
+    import importlib
+    import warnings
+
+    missing = []
+    for module, name in _LIGHTNING_PRIVATE:
+        try:
+            getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{name}")
+    if missing:
+        import lightning
+
+        warnings.warn(
+            f"pre-check: Lightning {lightning.__version__} has no {', '.join(missing)}; "
+            "trainer.accelerator/devices/strategy/num_nodes/precision/plugins are left to the "
+            "Trainer, which checks them when it is built (after the run dir is made)",
+            PrecheckSkipped,
+            stacklevel=3,
+        )
+        return None
+    from lightning.fabric.connector import _convert_precision_to_unified_args
+    from lightning.pytorch.trainer.connectors import accelerator_connector
+
+    return _convert_precision_to_unified_args, accelerator_connector
+
+
+def _connector(
+    accelerator_connector: Any, asked: dict[str, Any], spawned: bool = False
+) -> tuple[Any, list[Warning]]:
     """Lightning's ``_AcceleratorConnector`` built from these Trainer arguments, and the warnings
     it gave; :class:`SettingsError` with Lightning's reason when it refuses them.
 
@@ -305,8 +352,6 @@ def _connector(asked: dict[str, Any], spawned: bool = False) -> tuple[Any, list[
     interactive session, whose refusal of Lightning's own DDP launchers does not apply."""
     import logging
     import warnings
-
-    from lightning.pytorch.trainer.connectors import accelerator_connector
 
     disabled = logging.root.manager.disable
     logging.disable(logging.INFO)  # "Using bfloat16 Automatic Mixed Precision": the Trainer says it
