@@ -58,7 +58,8 @@ def rms_norm(
 
     ``input [..., *normalized_shape]`` -> same shape and dtype. Several normalised dims are
     flattened into one row of ``N = prod(normalized_shape)`` values (a view when the layout
-    allows). ``eps=None`` means ``torch.finfo(input.dtype).eps``; as in ``F.rms_norm`` any
+    allows). ``eps=None`` means float32's machine epsilon (float64's for a float64 input), what
+    ``F.rms_norm`` adds (:func:`~.function.default_eps`); as in ``F.rms_norm`` any
     finite eps is taken, ``eps <= 0`` too (a row whose mean square does not exceed ``-eps`` then
     comes out NaN or inf, as there; :func:`rmsnorm_kernel.rmsnorm` keeps the tutorial's eps > 0).
 
@@ -126,7 +127,8 @@ class RMSNorm(nn.RMSNorm):
         normalized_shape: the trailing shape normalised over (an int, or a tuple for several dims,
             which are flattened into one row of ``N = prod(normalized_shape)`` values).
         eps: a finite real (as ``torch.nn.RMSNorm``, ``<= 0`` is taken too), or ``None`` for
-            ``torch.finfo(x.dtype).eps`` at call time.
+            what ``torch.nn.RMSNorm`` adds then: float32's machine epsilon (float64's for a
+            float64 x), whatever x's dtype (:func:`~.function.default_eps`).
         elementwise_affine: learn a ``weight`` of ``normalized_shape``, initialised to ones.
     """
 

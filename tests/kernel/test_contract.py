@@ -185,7 +185,7 @@ def test_the_fast_path_accepts_only_what_the_full_checks_accept(monkeypatch, dev
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
 def test_eps_none_with_a_non_float_input_names_x_dtype(device, dtype):
-    """eps=None resolves through torch.finfo(x.dtype); a non-float x must get the contract's
+    """eps=None resolves through x's dtype (default_eps); a non-float x must get the contract's
     message about x, not finfo's TypeError."""
     x = torch.ones(3, 8, device=device).to(dtype)
     for call in (

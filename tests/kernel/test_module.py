@@ -45,11 +45,26 @@ def test_matches_torch_rmsnorm(shape, normalized, eps, device):
     assert_close(ours.weight.grad, theirs.weight.grad, torch.float32, "dweight")
 
 
-def test_eps_none_is_machine_epsilon_of_input_dtype(device):
-    x = torch.full((1, 4), 1e-4, device=device, dtype=torch.float16)  # eps dominates mean(x^2)
-    norm = rk.RMSNorm(4, eps=None, device=device, dtype=torch.float16)
-    expected = oracle_y(x, norm.weight, torch.finfo(torch.float16).eps)
-    assert_close(norm(x), expected, torch.float16, "y")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_eps_none_is_what_torch_adds_the_compute_types_machine_epsilon(device, dtype):
+    """eps=None is float32's epsilon for 16-bit x (float64's for float64), as ATen computes
+    F.rms_norm, not finfo(x.dtype).eps as PyTorch's docs say: with a bfloat16 x of std 0.02
+    that rule gave rows of RMS 0.22 where torch.nn.RMSNorm gives 1."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    x = (0.02 * torch.randn(8, 64, generator=gen)).to(device=device, dtype=dtype)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    expected = oracle_y(x, None, torch.finfo(compute).eps)
+    theirs = torch.nn.RMSNorm(64, eps=None, device=device, dtype=dtype)
+    ours = rk.RMSNorm(64, eps=None, device=device, dtype=dtype)
+    for name, y in (
+        ("RMSNorm", ours(x)),
+        ("rms_norm", rk.rms_norm(x, (64,))),
+        ("rmsnorm", rk.rmsnorm(x, None, None)),
+    ):
+        assert_close(y, expected, dtype, f"{name} y")
+        assert_close(y, theirs(x), dtype, f"{name} y against torch.nn.RMSNorm")
+    rms = ours(x).double().pow(2).mean(-1).sqrt()
+    assert torch.allclose(rms, torch.ones_like(rms), atol=0.02), rms
 
 
 def test_module_runs_the_kernel(device):
