@@ -3,7 +3,9 @@
 A Triton kernel cannot be exported to ONNX (no ONNX function exists for this package's ops), so
 while ``torch.onnx.is_in_onnx_export()`` the entry points compute this instead; the exported
 model then holds standard ops with the kernels' arithmetic (float32 accumulation, float64 for
-float64 rows, the same roundings), which any ONNX runtime runs. Never used outside an export.
+float64 rows, the same roundings), which any ONNX runtime runs. The one other use: tracing under
+``torch.compile`` while a ``torch.func`` transform is active (Dynamo inlines the transform, and
+only plain ops get functorch's rules there; see :func:`rmsnorm_kernel.function.rmsnorm`).
 """
 
 from __future__ import annotations

@@ -409,7 +409,14 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         x, residual = residual, x
     llama = rounding == "llama"
     if torch.compiler.is_compiling() or _through_op(x):
-        if torch.onnx.is_in_onnx_export():  # no Triton kernel exports: the formula in torch ops
+        if torch.onnx.is_in_onnx_export() or (
+            torch.compiler.is_compiling() and transforms.needed(x, weight, residual)
+        ):
+            # The kernels' formula in PyTorch ops. ONNX: no Triton kernel exports. torch.compile
+            # of a torch.func transform (compile(grad(f)), compile(jvp(f)), ...): Dynamo inlines
+            # the transform, and neither a custom op nor an autograd.Function gets functorch's
+            # rules there (torch 2.11-2.13: grad fails, jvp's tangent comes out zero), while
+            # these ops get every transform; Inductor compiles them with the graph around them.
             return export_formula(x, weight, float(eps), float(offset), residual, llama)
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
             x, weight, residual, float(eps), float(offset), llama

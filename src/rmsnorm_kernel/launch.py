@@ -85,6 +85,16 @@ def _gather(positions: tuple[int, ...]):
     return operator.itemgetter(*positions)
 
 
+@torch.compiler.disable
+def _interpret(fn, grid, args, floats, consts, num_warps, num_stages, num_ctas) -> None:
+    """A launch through Triton's interpreter (or a kernel without a device index). Never traced
+    by Dynamo: where Dynamo falls back to running a frame eagerly (``torch.func.grad`` of a
+    ``torch.compile``d call) it still traces the frames called from it, and tracing the
+    interpreter's Python execution of a kernel fails on fake tensors (``KeyError(torch.uint64)``)
+    instead of running the kernel."""
+    fn[grid](*args, *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas)
+
+
 class _Layout:
     """Which positions of one kernel's ``args`` hold tensors, ints and anything else (tensor
     descriptors), learned from a first launch; every launcher passes the same kinds at the same
@@ -206,14 +216,7 @@ class CachedKernel:
         pdl: bool = False,
     ) -> None:
         if BACKEND == "interpreter" or device_index is None:
-            self.fn[grid](
-                *args,
-                *floats,
-                *consts,
-                num_warps=num_warps,
-                num_stages=num_stages,
-                num_ctas=num_ctas,
-            )
+            _interpret(self.fn, grid, args, floats, consts, num_warps, num_stages, num_ctas)
             return
         key, ptrs, ints, layout = self._key(
             args, consts, num_warps, num_stages, device_index, num_ctas, pdl

@@ -215,3 +215,39 @@ def test_model_ensemble_with_stacked_module_state():
         m.zero_grad()
         loss(dict(m.named_parameters()), {}, x).backward()
         _close(grads["weight"][i], m.weight.grad, torch.float32)
+
+
+@pytest.mark.parametrize("name", ["grad", "jvp", "jacfwd", "vmap dim 1", "per-sample grads"])
+def test_a_compiled_transform_matches_f_rms_norms(name):
+    """torch.compile of a transform (fullgraph): Dynamo inlines the transform, where the
+    registered op's autograd has no functorch rule (grad failed, jvp's tangent came out zero):
+    the norm is traced as its formula in PyTorch ops, and gives what F.rms_norm gives."""
+    x, w, t = _inputs(torch.float32)
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, b, c: TRANSFORMS[name](ours, a, b, c), fullgraph=True)(x, w, t)
+    want = TRANSFORMS[name](torch_ref, x.double(), w.double(), t.double())
+    for g, r in _pairs(got, want):
+        _close(g, r, torch.float32)
+        assert g.abs().max() > 0.1  # a zero tangent is not an answer
+
+
+def test_a_transform_of_a_compiled_call_runs_as_f_rms_norms_does():
+    """grad / jvp / vmap of a torch.compile'd call: Dynamo cannot trace a transform entered from
+    eager, runs the frame eagerly and traces the frames it calls; tracing the interpreter's run
+    of a kernel failed (KeyError(torch.uint64)). Now it runs, with F.rms_norm's values."""
+    x, w, t = _inputs(torch.float32)
+    torch._dynamo.reset()
+    f = torch.compile(lambda a: ours(a, w))
+    got = (
+        torch.func.grad(lambda a: (f(a) * t).sum())(x),
+        torch.func.jvp(f, (x,), (t,))[1],
+        torch.func.vmap(f)(x),
+    )
+    r = x.double().requires_grad_()
+    want = (
+        torch.func.grad(lambda a: (torch_ref(a, w.double()) * t.double()).sum())(r.detach()),
+        torch.func.jvp(lambda a: torch_ref(a, w.double()), (x.double(),), (t.double(),))[1],
+        torch_ref(x.double(), w.double()),
+    )
+    for g, r in zip(got, want, strict=True):
+        _close(g, r, torch.float32)
