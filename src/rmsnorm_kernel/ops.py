@@ -75,6 +75,9 @@ def weight_of(weight: torch.Tensor | None) -> tuple[torch.Tensor | None, int]:
     matrix column, ``expand``'s stride 0), or a counted copy when its offsets overflow int32."""
     if weight is None:
         return None, 1
+    if weight.is_neg():  # a negative-bit view: its memory holds -values
+        COPIES["weight"] += 1
+        weight = weight.resolve_neg()
     stride = weight.stride()[0]  # (stride() is cheaper to call than stride(0))
     if stride == 1 or weight.shape[0] == 1:
         return weight, 1
@@ -164,8 +167,12 @@ def rows_of(t: torch.Tensor, name: str) -> tuple[torch.Tensor, int]:
     """``(tensor, row stride)``: the rows of ``t [..., N]`` as the kernels read them.
 
     A contiguous tensor of any shape is its own rows (row stride N; no view, which costs several
-    microseconds of host time); otherwise :func:`as_rows` (a view, or a counted copy).
+    microseconds of host time); otherwise :func:`as_rows` (a view, or a counted copy). A
+    negative-bit view is resolved first (a counted copy): the kernels read memory.
     """
+    if t.is_neg():  # a negative-bit view (torch._neg_view): its memory holds -values
+        COPIES[name] += 1
+        t = t.resolve_neg()
     if t.is_contiguous():
         return t, t.shape[-1]
     rows = as_rows(t, name)

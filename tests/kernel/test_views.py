@@ -34,6 +34,9 @@ ROW_VIEWS = {
     "transpose": ((N, M), lambda b: b.t()),
     "overlapping_rows": ((M * 7 + N,), lambda b: b.as_strided((M, N), (7, 1))),
     "row_step": ((2 * M, N + 5), lambda b: b[::2, 3 : 3 + N]),
+    # a negative-bit view (torch._neg_view; PyTorch's OpInfo math-bit test): memory holds -values
+    "neg_bit": ((M, N), lambda b: torch._neg_view(-b)),
+    "neg_bit_transpose": ((N, M), lambda b: torch._neg_view(-b).t()),
 }
 
 
@@ -134,3 +137,25 @@ def test_weight_offsets_past_int32_are_copied_once(device, monkeypatch):
     y = rk.rmsnorm(x, w, 1e-6)
     assert rk.COPIES["weight"] == before + 1
     assert_close(y, rk.rmsnorm_reference(x.double(), w.double(), 1e-6), torch.float32, "y")
+
+
+@pytest.mark.parametrize("rounding", ["torch", "llama"])
+def test_a_negative_bit_weight_is_read_as_its_values(rounding, device):
+    """torch._neg_view(-w) equals w but its memory holds -w: read as memory, y came out
+    negated. Resolved once (counted in COPIES), then y, dx and the weight's gradient are w's."""
+    base = _leaf((N,), device)
+    w = torch._neg_view(-base)
+    assert w.is_neg() and torch.equal(w, base)
+    x = _leaf((M, N), device)
+    dy = torch.randn(M, N, device=device)
+    copies = rk.COPIES["weight"]
+    y = rk.rmsnorm(x, w, 1e-6, rounding=rounding)
+    y.backward(dy)
+    assert rk.COPIES["weight"] == copies + 2  # the forward's launch and the backward's
+    x2 = x.detach().clone().requires_grad_()
+    base2 = base.detach().clone().requires_grad_()
+    y2 = rk.rmsnorm(x2, base2, 1e-6, rounding=rounding)
+    y2.backward(dy)
+    assert (
+        torch.equal(y, y2) and torch.equal(x.grad, x2.grad) and torch.equal(base.grad, base2.grad)
+    )
