@@ -69,6 +69,16 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep
     return y, h, saved, saved_stride, rstd
 
 
+def _channels_last(x: torch.Tensor) -> torch.memory_format | None:
+    """``torch.channels_last`` (4-D) / ``channels_last_3d`` (5-D) when ``x`` is laid out so and is
+    not also contiguous; else None."""
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return None if x.is_contiguous() else torch.channels_last
+    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return None if x.is_contiguous() else torch.channels_last_3d
+    return None
+
+
 def _backward(
     dy,
     dh,
@@ -388,6 +398,19 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
             return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
 
         return dtensor.local_call(local, x, weight, residual)
+    out = _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+    if (fmt := _channels_last(x)) is None:
+        return out
+    # F.rms_norm keeps a channels-last input's layout (its output is empty_like(x) in x's
+    # suggested memory format); the kernels write rows: one more copy, in this case only, and
+    # outside the op (whose outputs are contiguous, as its fake implementation says).
+    if residual is None:
+        return out.contiguous(memory_format=fmt)
+    return tuple(t.contiguous(memory_format=fmt) for t in out)
+
+
+def _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
+    """:func:`_rmsnorm` of plain tensors; its outputs are contiguous."""
     if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         dtype = x.dtype  # the normalised tensor's: x, or x + residual

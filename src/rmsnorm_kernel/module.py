@@ -13,7 +13,7 @@ from .contract import (
     check_no_columns,
     check_normalized_shape,
 )
-from .function import _rmsnorm
+from .function import _channels_last, _rmsnorm
 
 
 def _autocast_registered(device_type: str) -> bool:
@@ -109,8 +109,9 @@ def rms_norm(
         return _rmsnorm(input, weight, eps, 0.0, None, "torch", False)
     rows = input.flatten(input.dim() - k)
     weight = None if weight is None else weight.reshape(-1)
-    y = _rmsnorm(rows, weight, eps, 0.0, None, "torch", False)
-    return y.view(input.shape)
+    y = _rmsnorm(rows, weight, eps, 0.0, None, "torch", False).view(input.shape)
+    fmt = _channels_last(input)  # F.rms_norm keeps a channels-last input's layout
+    return y if fmt is None else y.contiguous(memory_format=fmt)
 
 
 # torch.fx.symbolic_trace records rms_norm as one call (a leaf, as it records F.rms_norm) instead

@@ -249,3 +249,30 @@ def test_an_inference_mode_input_still_gives_the_weight_its_gradient(entry, devi
     y.square().sum().backward()
     torch.testing.assert_close(y, ref(x.clone()), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(w.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "shape,fmt", [((4, 2, 2, 5), torch.channels_last), ((2, 3, 2, 2, 5), torch.channels_last_3d)]
+)
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_a_channels_last_input_keeps_its_layout_as_in_torch(shape, fmt, dims, device):
+    """F.rms_norm's output takes a channels-last input's memory format (PyTorch's ModuleInfo
+    test_memory_format checks it); ours came out contiguous. Eager, compiled and module."""
+    x = torch.randn(shape, device=device).to(memory_format=fmt).requires_grad_()
+    ns = shape[-dims:]
+    w = torch.randn(ns, device=device)
+    expected = F.rms_norm(x, ns, w, 1e-6)
+    assert expected.is_contiguous(memory_format=fmt) and not expected.is_contiguous()
+    module = rk.RMSNorm(ns, eps=1e-6, device=device)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a: rk.rms_norm(a, ns, w, 1e-6), fullgraph=True)
+    for name, y in (
+        ("rms_norm", rk.rms_norm(x, ns, w, 1e-6)),
+        ("compiled", compiled(x)),
+        ("RMSNorm", module(x) * w),
+    ):
+        assert y.stride() == expected.stride(), name
+        torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5)
+    if dims == 1:
+        y, h = rk.rmsnorm(x, w, 1e-6, residual=torch.zeros_like(x))
+        assert y.stride() == h.stride() == expected.stride()
