@@ -32,6 +32,16 @@ CALLS = {"differentiable_backward": 0}
 
 _legacy_batched = getattr(torch._C._functorch, "is_legacy_batchedtensor", lambda t: False)
 
+#: Tensor types whose memory the kernels read directly; any other subclass (a
+#: ``__torch_dispatch__`` wrapper such as PyTorch's composite-compliance tensor, which may have no
+#: storage at all) goes through the registered ops or PyTorch ops, which dispatch to it.
+PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def is_subclass(t: torch.Tensor | None) -> bool:
+    """Whether ``t`` is a tensor of a type other than :data:`PLAIN_TENSORS` (None: no)."""
+    return t is not None and type(t) not in PLAIN_TENSORS
+
 
 def ops_backward_needed(*tensors: torch.Tensor | None) -> bool:
     """Whether a backward must run in PyTorch ops rather than the Triton kernels:

@@ -14,11 +14,15 @@ derivatives in PyTorch ops), which those need.
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 
 from . import dtensor, ops, transforms
 from .contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_contract
-from .double_backward import differentiable_backward, ops_backward_needed
+from .double_backward import (
+    PLAIN_TENSORS,
+    differentiable_backward,
+    is_subclass,
+    ops_backward_needed,
+)
 from .export_formula import export_formula
 
 #: Passes through the wrapper, not kernel launches (a backward launches one to three kernels).
@@ -157,6 +161,13 @@ class RMSNormFunction(torch.autograd.Function):
             dx, dw = differentiable_backward(
                 dy, dh, source, weight, ctx.eps, offset, x_dtype, rstd.dtype, ctx.llama
             )
+        elif type(dy) not in PLAIN_TENSORS or is_subclass(dh):
+            # A tensor-subclass gradient (a wrapper may have no storage): the registered op,
+            # which dispatches to it (it calls the op again on the plain tensors it holds).
+            dx, dw, _ = torch.ops.rmsnorm_kernel.rmsnorm_bwd(
+                dy, dh, source, weight, rstd, offset, ctx.llama
+            )
+            dw = dw if weight is not None else None
         else:
             dx, dw, _ = _backward(
                 dy, dh, saved, saved_stride, weight, rstd, offset, x_dtype, ctx.llama
@@ -331,16 +342,25 @@ rmsnorm_fwd.register_autograd(_fwd_backward, setup_context=_fwd_setup_context)
 rmsnorm_bwd.register_autograd(_bwd_backward, setup_context=_bwd_setup_context)
 
 
-def _through_op(x: torch.Tensor) -> bool:
+def _through_op(x: torch.Tensor, weight, residual) -> bool:
     """Calls that must go through the registered op, not the eager autograd.Function:
 
     - a meta tensor, or a fake one (a ``FakeTensorMode`` outside torch.compile: memory and shape
       estimators): no data to launch on, so the op's fake implementation answers;
+    - another tensor subclass (:func:`.double_backward.is_subclass`; a ``__torch_dispatch__``
+      wrapper may have no storage): the op dispatches to it, and it calls the op again on the
+      plain tensors it holds;
     - ``torch.jit.trace``: the tracer records ops at the dispatcher; a Triton launch is invisible
       to it, so the traced graph would hold only the outputs' allocations (uninitialised memory
       for every later input; on CPU the interpreter fails on the traced tensors instead).
     """
-    return x.is_meta or isinstance(x, FakeTensor) or torch.jit.is_tracing()
+    return (
+        x.is_meta
+        or type(x) not in PLAIN_TENSORS
+        or is_subclass(weight)
+        or is_subclass(residual)
+        or torch.jit.is_tracing()
+    )
 
 
 def rmsnorm(
@@ -431,7 +451,7 @@ def _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         # operand goes in as x (the add commutes bit for bit; both get the same gradient).
         x, residual = residual, x
     llama = rounding == "llama"
-    if torch.compiler.is_compiling() or _through_op(x):
+    if torch.compiler.is_compiling() or _through_op(x, weight, residual):
         if torch.onnx.is_in_onnx_export() or (
             torch.compiler.is_compiling() and transforms.needed(x, weight, residual)
         ):
