@@ -75,12 +75,12 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep
 
 def _channels_last(x: torch.Tensor) -> torch.memory_format | None:
     """``torch.channels_last`` (4-D) / ``channels_last_3d`` (5-D) when ``x`` is laid out so and is
-    not also contiguous; else None."""
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-        return None if x.is_contiguous() else torch.channels_last
-    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
-        return None if x.is_contiguous() else torch.channels_last_3d
-    return None
+    not also contiguous; else None, and under a torch.func transform (which cannot be asked)."""
+    dims = x.dim()
+    if (dims != 4 and dims != 5) or torch._C._are_functorch_transforms_active():
+        return None
+    fmt = torch.channels_last if dims == 4 else torch.channels_last_3d
+    return fmt if x.is_contiguous(memory_format=fmt) and not x.is_contiguous() else None
 
 
 def _backward(
@@ -418,15 +418,50 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
             return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
 
         return dtensor.local_call(local, x, weight, residual)
-    out = _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
     if (fmt := _channels_last(x)) is None:
-        return out
-    # F.rms_norm keeps a channels-last input's layout (its output is empty_like(x) in x's
-    # suggested memory format); the kernels write rows: one more copy, in this case only, and
-    # outside the op (whose outputs are contiguous, as its fake implementation says).
-    if residual is None:
-        return out.contiguous(memory_format=fmt)
-    return tuple(t.contiguous(memory_format=fmt) for t in out)
+        return _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+    # F.rms_norm keeps a channels-last input's layout in its output and its input's gradient
+    # (empty_like(x) in x's suggested memory format); the kernels read and write rows: x is
+    # copied to rows (as it would be anyway), and y and dx are copied back to that layout, in
+    # this case only and outside the op (whose outputs are contiguous, as its fake says).
+    x = contiguous_keeping_grad_layout(x, fmt)
+    if residual is not None and _channels_last(residual) is not None:
+        residual = contiguous_keeping_grad_layout(residual, fmt)
+    out = _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+    if isinstance(out, tuple):
+        return tuple(t.contiguous(memory_format=fmt) for t in out)
+    return out.contiguous(memory_format=fmt)
+
+
+def contiguous_keeping_grad_layout(x: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
+    """``x.contiguous()`` whose gradient comes back in ``fmt``. Under torch.compile ``x`` itself
+    (Dynamo does not trace an ``autograd.Function`` with a jvp; Inductor picks the layouts)."""
+    if torch.compiler.is_compiling():
+        return x
+    return ContiguousKeepingGradLayout.apply(x, fmt)
+
+
+class ContiguousKeepingGradLayout(torch.autograd.Function):
+    """``apply(x, memory_format)`` -> ``x.contiguous()``, whose gradient comes back in
+    ``memory_format`` (a channels-last input's gradient keeps its layout, as F.rms_norm's does)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, memory_format):
+        return x.contiguous()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.memory_format = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous(memory_format=ctx.memory_format), None
+
+    @staticmethod
+    def jvp(ctx, x_t, _):
+        return x_t.contiguous()
 
 
 def _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
@@ -461,6 +496,13 @@ def _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
             # rules there (torch 2.11-2.13: grad fails, jvp's tangent comes out zero), while
             # these ops get every transform; Inductor compiles them with the graph around them.
             return export_formula(x, weight, float(eps), float(offset), residual, llama)
+        if not torch.compiler.is_compiling() and transforms.needed(x, weight, residual):
+            # A subclass (or fake / meta) input with a forward-AD tangent or under torch.func:
+            # the op alone has no jvp (the tangent would be dropped); the transforms' Function
+            # has one, and its forward calls the op for such inputs.
+            return transforms.FuncRMSNormFunction.apply(
+                x, weight, float(eps), float(offset), residual, llama
+            )
         y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(
             x, weight, residual, float(eps), float(offset), llama
         )

@@ -13,7 +13,7 @@ from .contract import (
     check_no_columns,
     check_normalized_shape,
 )
-from .function import _channels_last, _rmsnorm
+from .function import _channels_last, _rmsnorm, contiguous_keeping_grad_layout
 
 
 def _autocast_registered(device_type: str) -> bool:
@@ -107,10 +107,12 @@ def rms_norm(
     # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
     if k == 1:
         return _rmsnorm(input, weight, eps, 0.0, None, "torch", False)
-    rows = input.flatten(input.dim() - k)
+    fmt = _channels_last(input)  # F.rms_norm keeps a channels-last input's layout (y and dx)
+    rows = (input if fmt is None else contiguous_keeping_grad_layout(input, fmt)).flatten(
+        input.dim() - k
+    )
     weight = None if weight is None else weight.reshape(-1)
     y = _rmsnorm(rows, weight, eps, 0.0, None, "torch", False).view(input.shape)
-    fmt = _channels_last(input)  # F.rms_norm keeps a channels-last input's layout
     return y if fmt is None else y.contiguous(memory_format=fmt)
 
 

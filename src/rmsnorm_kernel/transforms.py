@@ -62,8 +62,11 @@ class FuncRMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x, weight, eps, offset, residual, llama):
-        from .function import _forward  # function imports this module
+        from .function import _forward, _through_op  # function imports this module
 
+        if _through_op(x, weight, residual):  # a subclass, fake or meta input: dispatched
+            y, h, _ = torch.ops.rmsnorm_kernel.rmsnorm_fwd(x, weight, residual, eps, offset, llama)
+            return y if residual is None else (y, h)
         # The backward recomputes in PyTorch ops: rstd is not needed.
         y, h, _, _, _ = _forward(x, weight, residual, eps, offset, llama, keep_rstd=False)
         return y if h is None else (y, h)

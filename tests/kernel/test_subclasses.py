@@ -82,3 +82,25 @@ def test_a_wrapped_gradient_gets_the_kernel_backward_through_dispatch(residual, 
     got, want = grads(Wrapper(dy)), grads(dy)
     assert all(isinstance(g, Wrapper) for g in got)
     assert torch.equal(_plain(got[0]), want[0]) and torch.equal(_plain(got[1]), want[1])
+
+
+@pytest.mark.parametrize("wrapped", ["x", "tangent", "both"])
+def test_a_wrapped_dual_keeps_its_tangent(wrapped, device):
+    """Forward-mode AD with a wrapped primal or tangent (the composite-compliance forward-AD
+    test): the op alone has no jvp and dropped the tangent (None); the transforms' Function,
+    whose forward dispatches through the op, gives F.rms_norm's."""
+    import torch.autograd.forward_ad as fwAD
+
+    gen = torch.Generator().manual_seed(2)
+    x, t = (torch.randn(2, 3, 8, generator=gen).to(device) for _ in range(2))
+    w = torch.randn(8, generator=gen).to(device)
+    px = Wrapper(x) if wrapped in ("x", "both") else x
+    pt = Wrapper(t) if wrapped in ("tangent", "both") else t
+    with fwAD.dual_level():
+        y = rk.rmsnorm(fwAD.make_dual(px, pt), w, 0.5)
+        tangent = fwAD.unpack_dual(y).tangent
+        want = fwAD.unpack_dual(
+            torch.nn.functional.rms_norm(fwAD.make_dual(x, t), (8,), w, 0.5)
+        ).tangent
+    assert tangent is not None
+    assert_close(_plain(tangent), want, torch.float32, "tangent")

@@ -276,3 +276,9 @@ def test_a_channels_last_input_keeps_its_layout_as_in_torch(shape, fmt, dims, de
     if dims == 1:
         y, h = rk.rmsnorm(x, w, 1e-6, residual=torch.zeros_like(x))
         assert y.stride() == h.stride() == expected.stride()
+    # the input's gradient keeps the layout too (eager), as F.rms_norm's does
+    dy = torch.randn_like(expected)
+    (want,) = torch.autograd.grad(expected, x, dy)
+    (got,) = torch.autograd.grad(rk.rms_norm(x, ns, w, 1e-6), x, dy)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
