@@ -99,11 +99,13 @@ LOCAL_LAUNCHERS = (
 
 def _hydra_view(
     overrides: Sequence[str], first: Sequence[str], config_name: str, multirun: bool
-) -> tuple[bool, tuple[str, Path] | None]:
-    """``(local, run_dir)``: whether the jobs run on this machine (the launcher), and for a single
-    run ``(key, dir)`` it writes to (``paths.output_dir`` when set, else ``hydra.run.dir``,
-    resolved as Hydra will). Composed once with Hydra's own overrides; where that fails (Hydra
-    then reports what is wrong itself) or a path needs Hydra's runtime, the run dir is None."""
+) -> tuple[bool, tuple[str, Path] | None, bool]:
+    """``(local, run_dir, compares)``: whether the jobs run on this machine (the launcher), for a
+    single run the ``(key, dir)`` it writes to (``paths.output_dir`` when set, else
+    ``hydra.run.dir``, resolved as Hydra will), and whether a sweep ends with the comparison
+    (``hydra.callbacks.compare``). Composed once with Hydra's own overrides; where that fails
+    (Hydra then reports what is wrong itself) or a path needs Hydra's runtime, the run dir is
+    None."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -120,16 +122,75 @@ def _hydra_view(
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=[*first, *own], return_hydra_config=True)
     except Exception:  # noqa: BLE001 - Hydra's own error follows, from Hydra
-        return True, None
+        return True, None, False
     local = str(cfg.hydra.launcher.get("_target_")) in LOCAL_LAUNCHERS
+    compares = COMPARE_CALLBACK in {
+        str(c.get("_target_")) for c in (cfg.hydra.get("callbacks") or {}).values()
+    }
     if multirun:
-        return local, None
+        return local, None, compares
     try:
         if cfg.paths.output_dir is not None:
-            return local, ("paths.output_dir", Path(str(cfg.paths.output_dir)))
-        return local, ("hydra.run.dir", Path(str(cfg.hydra.run.dir)))
+            return local, ("paths.output_dir", Path(str(cfg.paths.output_dir))), compares
+        return local, ("hydra.run.dir", Path(str(cfg.hydra.run.dir))), compares
     except Exception:  # noqa: BLE001 - e.g. ${hydra:...} in a path: known only under Hydra
-        return local, None
+        return local, None, compares
+
+
+#: The end-of-sweep comparison's Hydra callback (conf/hydra/default.yaml).
+COMPARE_CALLBACK = "rmsnorm_kernel.experiment.analysis.CompareOnMultirunEnd"
+
+
+def _norm_values(overrides: Sequence[str]) -> list[str]:
+    """The values a ``norm=a,b,...`` sweep override lists, repeats kept (none: [])."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([text])
+        except Exception:  # noqa: BLE001 - reported by _override_sets
+            continue
+        if parsed.get_key_element() == "norm" and parsed.is_sweep_override():
+            try:
+                return [str(v) for v in parsed.sweep_string_iterator()]
+            except Exception:  # noqa: BLE001 - glob sweeps: Hydra expands them itself
+                return []
+    return []
+
+
+def check_sweep(overrides: Sequence[str], cfgs: Sequence[Any]) -> None:
+    """What the end-of-sweep comparison needs, known before any job runs (else every job would
+    train first and the comparison fail after): at least two branches (norms), none listed
+    twice, each config's ``compare.baseline`` among them, and every job training and testing.
+
+    Raises :class:`SettingsError` (one line)."""
+    listed = _norm_values(overrides)
+    repeated = sorted({n for n in listed if listed.count(n) > 1})
+    if repeated:
+        raise SettingsError(
+            f"norm must list each branch once in a --multirun (got {','.join(listed)}: "
+            f"{', '.join(repeated)} twice); repeat a run with seed=0,1 instead"
+        )
+    names = sorted({str(cfg.norm.name) for cfg in cfgs})
+    off = "; or run without the comparison: ~hydra.callbacks.compare"
+    if len(names) < 2:
+        raise SettingsError(
+            f"a --multirun ends by comparing branches: sweep norm over at least two, e.g. "
+            f"norm=reference,triton (got only norm={names[0]}){off}"
+        )
+    for cfg in cfgs:
+        baseline = cfg.get("compare", {}).get("baseline")
+        if baseline not in names:
+            raise SettingsError(
+                f"compare.baseline must be one of the sweep's norms {names} (got {baseline!r})"
+            )
+        for key in ("train", "test"):
+            if cfg.get(key) is not True:
+                raise SettingsError(
+                    f"{key} must be true in a --multirun: the comparison judges trained and "
+                    f"tested branches (got {key}={cfg.get(key)}){off}"
+                )
 
 
 def precheck(
@@ -150,8 +211,9 @@ def precheck(
     from hydra.errors import HydraException
 
     sets = _override_sets(overrides)
-    local, run_dir = _hydra_view(overrides, sets[0], config_name, multirun)
+    local, run_dir, compares = _hydra_view(overrides, sets[0], config_name, multirun)
     where = {} if run_dir is None else {"run_dir": run_dir[1], "run_dir_key": run_dir[0]}
+    cfgs = []
     for concrete in sets:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             try:
@@ -160,6 +222,9 @@ def precheck(
                 culprit = next((o for o in concrete if o.split("=")[0] in str(e)), concrete)
                 raise SettingsError(_one_line(str(culprit), e)) from e
         check_train_config(cfg, paths=False, here=local, **where)
+        cfgs.append(cfg)
+    if multirun and compares:
+        check_sweep(overrides, cfgs)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=CONFIG_NAME)
@@ -181,9 +246,11 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from hydra._internal.utils import get_args_parser
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args, _ = get_args_parser().parse_known_args(argv)
+    args, unparsed = get_args_parser().parse_known_args(argv)
     informational = args.help or args.hydra_help or args.info or args.cfg or args.shell_completion
-    if not informational and args.config_path is None:
+    # unparsed: e.g. overrides after an option (`a=1 --multirun b=2`), which Hydra refuses with
+    # its usage line; checking only the overrides before it would name the wrong cause.
+    if not informational and args.config_path is None and not unparsed:
         try:
             precheck(args.overrides, args.config_name or CONFIG_NAME, multirun=args.multirun)
         except SettingsError as e:

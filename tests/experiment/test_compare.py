@@ -118,6 +118,25 @@ def test_two_runs_of_one_norm_in_a_group_is_an_error(trained_pair, tmp_path, set
         compare_runs(runs, tmp_path / "out", settings)
 
 
+def test_a_group_of_the_baseline_alone_is_an_error_not_a_pass(trained_pair, tmp_path, settings):
+    """A sweep without norm=... (or of one norm) used to print PASSED: nothing was compared."""
+    ref, _ = _dirs(trained_pair)
+    runs = [_clone(ref, tmp_path / "0_ref", seed="0"), _clone(ref, tmp_path / "1_ref", seed="1")]
+    with pytest.raises(ComparisonError, match="group seed=0 has only its baseline branch"):
+        compare_runs(runs, tmp_path / "out", settings)
+
+
+def test_runs_that_trained_no_steps_are_an_error_not_a_pass(trained_pair, tmp_path, settings):
+    """train=false runs (untrained nets, no call counts) used to print PASSED."""
+    runs = [_clone(d, tmp_path / f"{i}_run") for i, d in enumerate(_dirs(trained_pair))]
+    for run in runs:
+        metrics = json.loads((run / "metrics.json").read_text())
+        del metrics["train_steps"]  # what a train=false run records: no training keys
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    with pytest.raises(ComparisonError, match=r"it trained no steps \(train_steps None"):
+        compare_runs(runs, tmp_path / "out", settings)
+
+
 def test_another_metric_is_read_from_the_runs_records(trained_pair, tmp_path, settings):
     with pytest.raises(ComparisonError, match="metrics.json records no 'test/loss'"):
         compare_runs(_dirs(trained_pair), tmp_path, {**settings, "metric": "test/loss"})

@@ -416,3 +416,51 @@ def test_a_lightning_without_the_private_names_asked_skips_that_check_visibly(
     # with Lightning as installed, the same setting is refused
     with pytest.raises(SettingsError, match=r"^trainer\.precision must be a precision Lightning"):
         check_train_config(compose_cfg(["trainer.precision=bf17"]), paths=False)
+
+
+SWEEP_REFUSED = [
+    (
+        ["--multirun", "norm=triton"],
+        "a --multirun ends by comparing branches: sweep norm over at least two, e.g. "
+        "norm=reference,triton (got only norm=triton); or run without the comparison: "
+        "~hydra.callbacks.compare",
+    ),
+    (
+        ["--multirun", "norm=triton,triton"],
+        "norm must list each branch once in a --multirun (got triton,triton: triton twice); "
+        "repeat a run with seed=0,1 instead",
+    ),
+    (
+        ["--multirun", "norm=reference,triton", "compare.baseline=refrence"],
+        "compare.baseline must be one of the sweep's norms ['reference', 'triton'] (got "
+        "'refrence')",
+    ),
+    (
+        ["--multirun", "norm=reference,triton", "train=false"],
+        "train must be true in a --multirun: the comparison judges trained and tested branches "
+        "(got train=False); or run without the comparison: ~hydra.callbacks.compare",
+    ),
+    (
+        ["--multirun", "norm=reference,triton", "test=false"],
+        "test must be true in a --multirun: the comparison judges trained and tested branches "
+        "(got test=False); or run without the comparison: ~hydra.callbacks.compare",
+    ),
+    (["train=no"], "train must be true or false (got 'no')"),
+    (
+        ["train=false", "test=false"],
+        "train and test must not both be false: the run would do nothing",
+    ),
+]
+
+
+@pytest.mark.parametrize("argv,message", SWEEP_REFUSED, ids=[" ".join(a) for a, _ in SWEEP_REFUSED])
+def test_what_the_comparison_would_refuse_after_every_job_is_refused_first(
+    argv, message, tmp_path, monkeypatch, capsys
+):
+    """These used to train every job, then fail the comparison (or pass it vacuously)."""
+    monkeypatch.chdir(tmp_path)
+    said = _refused([*argv, SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
+    assert said == message
+    assert list(tmp_path.iterdir()) == []
+    if argv[0] == "--multirun":  # without the comparison, the same sweep may run
+        precheck([*argv[1:], SMALL, "~hydra.callbacks.compare"], multirun=True)

@@ -189,6 +189,18 @@ def compare_group(
             f"(branches: {sorted(branches)}); add norm={baseline} to the sweep or set "
             "compare.baseline"
         )
+    if len(branches) < 2:
+        raise ComparisonError(
+            f"group {describe(overrides)} has only its baseline branch {baseline!r}: nothing to "
+            "compare it with (sweep norm over at least two branches, e.g. norm=reference,triton)"
+        )
+    for run in branches.values():
+        steps = run.metrics.get("train_steps")
+        if not isinstance(steps, int) or steps < 1:
+            raise ComparisonError(
+                f"{run.dir}: it trained no steps (train_steps {steps!r}; a train=false run?): "
+                "the comparison judges training, so every branch must train"
+            )
     base = branches[baseline]
     if "probe" in settings["checks"]:
         probes = [r.probe is not None for r in branches.values()]

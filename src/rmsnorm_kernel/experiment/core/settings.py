@@ -140,6 +140,12 @@ def check_train_config(
     Raises :class:`SettingsError` with one line naming the key, the rule and the value.
     """
     _integer(cfg, "seed", 0, MAX_SEED, optional=False)
+    for key in ("train", "test"):  # `train=no` is the string "no", which is true
+        present, value = _get(cfg, key)
+        if present and not isinstance(value, bool):
+            raise SettingsError(f"{key} must be true or false (got {value!r})")
+    if _get(cfg, "train")[1] is False and _get(cfg, "test")[1] is False:
+        raise SettingsError("train and test must not both be false: the run would do nothing")
     present, max_steps = _get(cfg, "trainer.max_steps")
     if present and max_steps != -1:
         _integer(cfg, "trainer.max_steps", 1)
