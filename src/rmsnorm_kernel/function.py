@@ -76,6 +76,8 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep
 def _channels_last(x: torch.Tensor) -> torch.memory_format | None:
     """``torch.channels_last`` (4-D) / ``channels_last_3d`` (5-D) when ``x`` is laid out so and is
     not also contiguous; else None, and under a torch.func transform (which cannot be asked)."""
+    if not isinstance(x, torch.Tensor):  # refused by the contract next, naming it
+        return None
     dims = x.dim()
     if (dims != 4 and dims != 5) or torch._C._are_functorch_transforms_active():
         return None
