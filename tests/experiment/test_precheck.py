@@ -447,6 +447,12 @@ SWEEP_REFUSED = [
     ),
     (["train=no"], "train must be true or false (got 'no')"),
     (
+        [LLAMA, "trainer.max_steps=2"],
+        "trainer.max_steps must be greater than callbacks.throughput.warmup_steps (5): the "
+        "throughput is the median of the steps after the warm-up (got 2); raise it, or set "
+        "callbacks.throughput.warmup_steps=0",
+    ),
+    (
         ["train=false", "test=false"],
         "train and test must not both be false: the run would do nothing",
     ),

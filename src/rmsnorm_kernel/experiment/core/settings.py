@@ -118,6 +118,27 @@ def _compile_switches(cfg: Any) -> None:
     check_compile_switches(**values)
 
 
+#: The language model's throughput callback (conf/callbacks/lm.yaml).
+THROUGHPUT = "rmsnorm_kernel.experiment.lm.callbacks.Throughput"
+
+
+def _throughput_warmup(cfg: Any) -> None:
+    """The throughput callback times the steps after its ``warmup_steps``: a step budget that
+    leaves none fails the run at its end, after training and the export."""
+    present, node = _get(cfg, "callbacks.throughput")
+    if not present or not hasattr(node, "get") or node.get("_target_") != THROUGHPUT:
+        return
+    _integer(cfg, "callbacks.throughput.warmup_steps", 0)
+    present, max_steps = _get(cfg, "trainer.max_steps")
+    warmup = node.get("warmup_steps", 0)
+    if present and isinstance(max_steps, int) and max_steps != -1 and max_steps <= warmup:
+        raise SettingsError(
+            f"trainer.max_steps must be greater than callbacks.throughput.warmup_steps "
+            f"({warmup}): the throughput is the median of the steps after the warm-up (got "
+            f"{max_steps}); raise it, or set callbacks.throughput.warmup_steps=0"
+        )
+
+
 def check_train_config(
     cfg: Any,
     paths: bool = True,
@@ -161,6 +182,7 @@ def check_train_config(
             f"batch (got {batch})"
         )
     _positive_number(cfg, "model.optimizer.lr")
+    _throughput_warmup(cfg)
     _compile_switches(cfg)
     check_net(cfg)
     check_trainer(cfg, here=here)
