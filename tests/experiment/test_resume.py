@@ -185,3 +185,26 @@ def test_an_interrupted_sweep_resumes_each_branch_from_its_own_last_ckpt(tmp_pat
     assert (torch_run["train_steps"], torch_run["session_steps"]) == (6, 3)
     assert reference["resumed_from"] is None
     assert (reference["train_steps"], reference["session_steps"]) == (6, 6)
+
+
+def test_training_on_in_the_same_dir_overwrites_its_last_ckpt(tmp_path):
+    """Resuming into the run's own dir (the resume command a stopped run prints, with
+    hydra.run.dir kept) saved the new state as last-v1.ckpt beside the old last.ckpt, so the
+    next resume silently restarted from the old step."""
+    import torch
+
+    signal_at = [  # Ctrl-C after step 2: the interrupt callback saves last.ckpt
+        "+callbacks.signal_at._target_=experiment_helpers.SignalAt",
+        "+callbacks.signal_at.hook=on_train_batch_end",
+        "+callbacks.signal_at.step=2",
+        f"+callbacks.signal_at.signum={int(signal.SIGINT)}",
+    ]
+    with pytest.raises(SystemExit) as stopped:
+        run(tmp_path, "norm=torch", "trainer.max_steps=6", "test=false", *signal_at)
+    assert stopped.value.code == CTRL_C_EXIT
+    ckpts = tmp_path / "run" / "lightning_checkpoints"
+    last = ckpts / "last.ckpt"
+    second = run(tmp_path, "norm=torch", "trainer.max_steps=6", f"ckpt_path={last}", "test=false")
+    assert second["session_steps"] == 4
+    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt"]
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 6
