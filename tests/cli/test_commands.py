@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 import torch
@@ -28,6 +29,11 @@ def test_data_writes_the_splits(tmp_path):
         data = (tmp_path / split["file"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == split["sha256"]
         assert split["rows"] == split["inputs"]["shape"][0] > 0
+        # metadata keys sorted in the header: safetensors' own order varies per process, which
+        # made the sha256 of the same split differ between two runs of the command
+        size = int.from_bytes(data[:8], "little")
+        meta = json.loads(data[8 : 8 + size])["__metadata__"]
+        assert list(meta) == sorted(meta)
 
 
 def test_plot_writes_pngs(smoke_checks, tmp_path):

@@ -63,6 +63,7 @@ def write_splits(dataset_cfg: Mapping, out_dir: Path) -> dict:
     :class:`ConfigError` (:func:`check_dataset`) before writing anything."""
     from safetensors.torch import save_file
 
+    from rmsnorm_kernel.experiment.exports.checkpoint import sort_metadata
     from rmsnorm_kernel.experiment.mlp.data import make_splits
 
     check_dataset(dataset_cfg)  # an empty split or a bad size: refused before any output
@@ -86,6 +87,7 @@ def write_splits(dataset_cfg: Mapping, out_dir: Path) -> dict:
             str(path),
             metadata={"split": name, "seed": str(manifest["seed"])},
         )
+        sort_metadata(path)  # else the metadata order, and so the sha256, varies per process
         manifest["splits"][name] = {
             "file": path.name,
             "rows": int(inputs.shape[0]),
