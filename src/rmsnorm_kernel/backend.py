@@ -15,7 +15,8 @@ one :class:`ImportError` saying what to do if not. The opposite case (triton imp
 ``TRITON_INTERPRET=1``, compiled kernels chosen later) raises that error too.
 
 Rules, in order:
-1. An explicit user setting of ``TRITON_INTERPRET`` wins ("1" interprets, anything else compiles).
+1. An explicit user setting of ``TRITON_INTERPRET`` wins, read as Triton reads it ("1", "true",
+   "on", "yes", "y" in any case interpret; anything else compiles).
 2. Without CUDA, the package sets ``TRITON_INTERPRET=1``: the *real* kernels run on the CPU.
 3. Otherwise the kernels are compiled for the GPU.
 
@@ -34,12 +35,16 @@ import torch
 logger = logging.getLogger("rmsnorm_kernel")
 
 _ENV = "TRITON_INTERPRET"
+#: The values Triton reads as true in a boolean environment variable (lower-cased, unstripped).
+TRITON_TRUE = ("1", "true", "on", "yes", "y")
 
 
 def _choose() -> tuple[str, str]:
     """Return ``(backend, reason)`` and set ``TRITON_INTERPRET`` when CUDA is absent."""
     if _ENV in os.environ:
-        interpret = os.environ[_ENV].strip() == "1"
+        # Triton's own rule for a boolean variable (its getenv_bool): "true" interprets too,
+        # and a backend read otherwise would disagree with what Triton then does.
+        interpret = os.environ[_ENV].lower() in TRITON_TRUE
         backend = "interpreter" if interpret else "cuda"
         return backend, f"{_ENV}={os.environ[_ENV]!r} set by the user"
     if torch.cuda.is_available():

@@ -41,6 +41,23 @@ def test_explicit_setting_wins():
     assert "set by the user" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "value,backend",
+    [("true", "interpreter"), ("Yes", "interpreter"), ("0", "cuda"), ("off", "cuda")],
+)
+def test_the_setting_is_read_as_triton_reads_it(value, backend):
+    """TRITON_INTERPRET=true makes Triton interpret; the package used to call that "cuda"
+    (only "1" counted), so its backend disagreed with what Triton did."""
+    probe = PROBE + ";import triton; print('TRITON', triton.knobs.runtime.interpret)"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_INTERPRET"] = value
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert f"BACKEND {backend} {value}" in out.stdout, out.stderr[-2000:]
+    assert f"TRITON {backend == 'interpreter'}" in out.stdout
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_compiled_backend_refuses_cpu_tensors_clearly():
     code = (
@@ -203,3 +220,28 @@ def test_interpreter_widens_bfloat16_to_float32_exactly():
     x = torch.tensor([[1e-39, 2e-39, -1e-39, 3e-39], [1.0, -2.0, 3.0, 5e-41]], dtype=torch.bfloat16)
     expected = torch.nn.functional.rms_norm(x, (4,), None, 1e-6)
     assert torch.equal(rk.rms_norm(x, (4,), None, 1e-6), expected)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_compiled_kernels_asked_for_without_cuda_are_refused_before_any_run(tmp_path):
+    """TRITON_INTERPRET=0 on a machine without CUDA: training norm=triton used to pass every
+    pre-check, make the run dir and fail at step 1 (a 66-line traceback); check-environment,
+    meant to diagnose it, crashed with torch's AssertionError."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    train = subprocess.run(
+        [sys.executable, "-m", "rmsnorm_kernel.train", "norm=triton", "debug=cpu_small"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert train.returncode == 2, train.stderr[-2000:]
+    assert train.stderr.strip() == (
+        "error: model.net.norm: the Triton kernels need a CUDA GPU or Triton's interpreter; "
+        "TRITON_INTERPRET='0' set by the user asks for compiled kernels and torch sees no CUDA "
+        "GPU here: unset TRITON_INTERPRET (or set it to 1)"
+    )
+    assert list(tmp_path.iterdir()) == []
+    check = subprocess.run(
+        [sys.executable, "-m", "rmsnorm_kernel.cli", "check-environment"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert check.returncode == 1 and "Traceback" not in check.stderr
+    assert "FAIL: TRITON_INTERPRET asks for compiled kernels" in check.stdout

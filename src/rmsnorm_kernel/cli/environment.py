@@ -24,6 +24,13 @@ def run_check_environment(console=None) -> int:
         highlight=False,
     )
     console.print(f"backend: {BACKEND} ({REASON})", highlight=False)
+    if BACKEND == "cuda" and not torch.cuda.is_available():
+        console.print(
+            "[red]FAIL: TRITON_INTERPRET asks for compiled kernels, but torch sees no CUDA GPU "
+            "here: unset TRITON_INTERPRET (or set it to 1) to run them in Triton's "
+            "interpreter[/red]"
+        )
+        return 1
     if BACKEND == "cuda":
         torch.cuda.init()
         props = torch.cuda.get_device_properties(0)

@@ -118,6 +118,24 @@ def resolve_norm(name: Any, field: str = "norm") -> Callable[..., nn.Module]:
     return _lookup(NORMS, "norm", field, name)
 
 
+def kernels_runnable(field: str) -> None:
+    """:class:`SpecError` naming ``field`` where the Triton kernels cannot run: compiled kernels
+    asked for (``TRITON_INTERPRET=0``) on a machine without CUDA (they would fail at step 1)."""
+    import torch
+
+    from rmsnorm_kernel.backend import BACKEND, REASON
+
+    if BACKEND == "cuda" and not torch.cuda.is_available():
+        raise SpecError(
+            f"{field}: the Triton kernels need a CUDA GPU or Triton's interpreter; {REASON} "
+            "asks for compiled kernels and torch sees no CUDA GPU here: unset TRITON_INTERPRET "
+            "(or set it to 1)"
+        )
+
+
+AVAILABLE["triton"] = kernels_runnable
+
+
 def usable_norm(name: Any, field: str = "norm") -> Callable[..., nn.Module]:
     """:func:`resolve_norm`, and the norm can be built here (its ``available`` check passes)."""
     factory = resolve_norm(name, field)

@@ -15,7 +15,7 @@ from torch import nn
 
 import rmsnorm_kernel
 
-from ..core.builders import register_norm, require_module
+from ..core.builders import kernels_runnable, register_norm, require_module
 
 
 def _llama_rmsnorm_available(field: str) -> None:
@@ -47,4 +47,4 @@ def _liger_rmsnorm(normalized_shape, eps: float = 1e-6) -> nn.Module:
 
 register_norm("hf", _llama_rmsnorm, available=_llama_rmsnorm_available)
 register_norm("liger", _liger_rmsnorm, available=_liger_available)
-register_norm("triton_fused", rmsnorm_kernel.RMSNorm)
+register_norm("triton_fused", rmsnorm_kernel.RMSNorm, available=kernels_runnable)
