@@ -109,7 +109,9 @@ check-gamma: check-weight ## old name of check-weight
 checks: check-forward check-backward check-weight ## the three oracle checks
 
 clean: setup ## delete generated files under outputs/ and checkpoints/ (DRY_RUN=1 lists)
-	$(PY) -m rmsnorm_kernel.cli clean --scope generated $(if $(DRY_RUN),--dry-run,)
+	$(if $(DRYRUN)$(DRY)$(DRY-RUN),$(error make clean lists with DRY_RUN=1 (got DRYRUN, DRY or DRY-RUN): nothing deleted))
+	$(if $(filter-out 0 1 true false yes no,$(DRY_RUN)),$(error DRY_RUN must be 1 (list only) or 0 (got '$(DRY_RUN)'): nothing deleted))
+	$(PY) -m rmsnorm_kernel.cli clean --scope generated $(if $(filter 1 true yes,$(DRY_RUN)),--dry-run,)
 
 docker-build: ## build the CUDA image (needs a Docker engine)
 	docker build -t rmsnorm-kernel .

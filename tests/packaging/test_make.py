@@ -75,3 +75,23 @@ def test_every_cli_target_names_an_existing_command():
 )
 def test_aliases_run_the_same_command(alias, target):
     assert _make(alias, "CKPT=a.safetensors") == _make(target, "CKPT=a.safetensors")
+
+
+@pytest.mark.parametrize(
+    "arg,dry", [("DRY_RUN=1", True), ("DRY_RUN=yes", True), ("DRY_RUN=0", False), ("", False)]
+)
+def test_clean_lists_only_when_dry_run_says_so(arg, dry):
+    """DRY_RUN=0 used to list too (any value counted), and is now a real clean."""
+    out = _make("clean", *([arg] if arg else []))
+    assert out.strip().endswith("--dry-run") is dry
+
+
+@pytest.mark.parametrize("arg", ["DRYRUN=1", "DRY=1", "DRY_RUN=maybe"])
+def test_clean_refuses_a_misspelt_dry_run_instead_of_deleting(arg):
+    """`make clean DRYRUN=1` (a typo) deleted every generated file and export."""
+    res = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed", "clean", arg],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode != 0 and "nothing deleted" in res.stderr
+    assert "rmsnorm_kernel.cli clean" not in res.stdout
