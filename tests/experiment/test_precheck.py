@@ -470,3 +470,19 @@ def test_what_the_comparison_would_refuse_after_every_job_is_refused_first(
     assert list(tmp_path.iterdir()) == []
     if argv[0] == "--multirun":  # without the comparison, the same sweep may run
         precheck([*argv[1:], SMALL, "~hydra.callbacks.compare"], multirun=True)
+
+
+def test_auto_does_not_resume_a_stopped_run_a_finished_run_resumed_already(tmp_path):
+    """A stopped run, resumed to the end in a new dir: `ckpt_path=auto` used to resume the
+    stopped one again (it has no metrics.json), training the same steps twice."""
+    from rmsnorm_kernel.experiment.core.identity import find_resumable
+
+    stopped = _last_ckpt(tmp_path / "a" / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    cfg = compose_cfg([SMALL], small=False)
+    assert find_resumable(cfg, tmp_path) == stopped
+    finished = tmp_path / "b"
+    finished.mkdir()
+    (finished / "metrics.json").write_text(json.dumps({"resumed_from": str(stopped)}))
+    assert find_resumable(cfg, tmp_path) is None
+    (finished / "metrics.json").write_text(json.dumps({"resumed_from": None}))  # a fresh run
+    assert find_resumable(cfg, tmp_path) == stopped

@@ -260,18 +260,36 @@ def runs_root(cfg: DictConfig) -> Path:
     return Path((cfg.get("paths") or {}).get("runs_root") or "outputs")
 
 
+def _resumed_by_finished_runs(root: Path) -> set[Path]:
+    """The ``last.ckpt`` files finished runs under ``root`` resumed from (resolved)."""
+    consumed = set()
+    for metrics in root.rglob("metrics.json"):
+        try:
+            source = json.loads(metrics.read_text()).get("resumed_from")
+        except (OSError, ValueError, AttributeError):
+            continue  # not a run's metrics.json (or unreadable): it names nothing
+        if isinstance(source, str) and source:
+            consumed.add(Path(source).resolve())
+    return consumed
+
+
 def find_resumable(cfg: DictConfig, root: Path, exclude: Path | None = None) -> Path | None:
     """``ckpt_path=auto``: the newest ``last.ckpt`` under ``root`` of a run of this branch and
-    config that did not finish (no ``metrics.json`` beside its ``lightning_checkpoints/``)."""
+    config that did not finish (no ``metrics.json`` beside its ``lightning_checkpoints/``) and
+    that no finished run has resumed from already (its ``metrics.json``'s ``resumed_from``: the
+    stopped run lives on there, and resuming it again would train the same steps twice)."""
     root = Path(root)
     if not root.is_dir():
         return None
     mine = resume_hash(cfg)
     found = []
+    consumed = _resumed_by_finished_runs(root)
     for path in root.rglob("lightning_checkpoints/last.ckpt"):
         run_dir = path.parent.parent
         if (run_dir / "metrics.json").exists():
             continue  # finished: rerunning it from scratch gives the same result
+        if path.resolve() in consumed:
+            continue
         if exclude is not None and run_dir.resolve() == Path(exclude).resolve():
             continue
         try:
