@@ -447,6 +447,20 @@ SWEEP_REFUSED = [
     ),
     (["train=no"], "train must be true or false (got 'no')"),
     (
+        ["+trainer.max_step=5"],
+        "trainer.max_step: lightning.Trainer takes no argument 'max_step'; did you mean "
+        "trainer.max_steps?",
+    ),
+    (
+        ["+model.optimizer.weight_decy=0.1"],
+        "model.optimizer.weight_decy: torch.optim.Adam takes no argument 'weight_decy'; did you "
+        "mean model.optimizer.weight_decay?",
+    ),
+    (
+        ["+dataset.bs=3"],  # a **kwargs init passing them to its base's: the base's are known
+        "dataset.bs: rmsnorm_kernel.experiment.mlp.data.SyntheticDataModule takes no argument 'bs'",
+    ),
+    (
         [LLAMA, "trainer.max_steps=2"],
         "trainer.max_steps must be greater than callbacks.throughput.warmup_steps (5): the "
         "throughput is the median of the steps after the warm-up (got 2); raise it, or set "
@@ -465,11 +479,12 @@ def test_what_the_comparison_would_refuse_after_every_job_is_refused_first(
 ):
     """These used to train every job, then fail the comparison (or pass it vacuously)."""
     monkeypatch.chdir(tmp_path)
-    said = _refused([*argv, SMALL, f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
+    small = [] if LLAMA in argv else [SMALL]  # (debug=cpu_small sizes the MLP's data)
+    said = _refused([*argv, *small, f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
     assert said == message
     assert list(tmp_path.iterdir()) == []
     if argv[0] == "--multirun":  # without the comparison, the same sweep may run
-        precheck([*argv[1:], SMALL, "~hydra.callbacks.compare"], multirun=True)
+        precheck([*argv[1:], *small, "~hydra.callbacks.compare"], multirun=True)
 
 
 def test_auto_does_not_resume_a_stopped_run_a_finished_run_resumed_already(tmp_path):

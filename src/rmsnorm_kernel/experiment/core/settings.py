@@ -118,6 +118,71 @@ def _compile_switches(cfg: Any) -> None:
     check_compile_switches(**values)
 
 
+#: The config nodes built with ``instantiate`` whose arguments :func:`check_target_arguments`
+#: checks (``model.net`` has its builder's own rules, :func:`check_net`); ``callbacks`` and
+#: ``logger``: every entry.
+TARGET_NODES = ("dataset", "model", "model.optimizer", "trainer", "logger")
+
+
+def _target_nodes(cfg: Any) -> list[tuple[str, Any]]:
+    nodes = []
+    for key in TARGET_NODES:
+        present, node = _get(cfg, key)
+        if present and hasattr(node, "keys") and "_target_" in node:
+            nodes.append((key, node))
+    present, callbacks = _get(cfg, "callbacks")
+    if present and hasattr(callbacks, "items"):
+        nodes += [(f"callbacks.{k}", v) for k, v in callbacks.items() if hasattr(v, "keys")]
+    return [(k, n) for k, n in nodes if "_target_" in n]
+
+
+def check_target_arguments(cfg: Any) -> None:
+    """Each ``_target_`` node's keys must be arguments its target takes: an added key with a typo
+    (``+trainer.max_step=5``, ``+model.optimizer.weight_decy=0.1``) was a TypeError after Hydra
+    had made the run dir (or the first TensorBoard file). Targets taking ``**kwargs`` accept any
+    key, and a target that does not import is left to ``instantiate``'s own error."""
+    import difflib
+
+    from hydra.utils import get_object
+
+    for key, node in _target_nodes(cfg):
+        try:
+            params = _accepted(get_object(str(node["_target_"])))
+        except Exception:  # noqa: BLE001 - not importable / no signature: instantiate says why
+            continue
+        if params is None:
+            continue
+        for name in node:
+            if str(name).startswith("_") or name in params:
+                continue
+            close = difflib.get_close_matches(str(name), [p for p in params if p != "self"], 1)
+            hint = f"; did you mean {key}.{close[0]}?" if close else ""
+            raise SettingsError(
+                f"{key}.{name}: {node['_target_']} takes no argument {name!r}{hint}"
+            )
+
+
+def _accepted(target: Any) -> set[str] | None:
+    """The keyword arguments ``target`` takes; None when it takes any. A class whose
+    ``__init__`` passes ``**kwargs`` on to its base's (``super().__init__(**splits)``) takes its
+    own and the base's, up the MRO to the first ``__init__`` without ``**kwargs``."""
+    import inspect
+
+    classes = (
+        [c for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else []
+    )
+    functions = [vars(c)["__init__"] for c in classes] or [target]
+    accepted: set[str] = set()
+    for function in functions:
+        if function is object.__init__:
+            return None
+        params = inspect.signature(function).parameters
+        accepted |= {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return accepted - {"self"}
+    return None
+
+
 #: The language model's throughput callback (conf/callbacks/lm.yaml).
 THROUGHPUT = "rmsnorm_kernel.experiment.lm.callbacks.Throughput"
 
@@ -182,6 +247,7 @@ def check_train_config(
             f"batch (got {batch})"
         )
     _positive_number(cfg, "model.optimizer.lr")
+    check_target_arguments(cfg)
     _throughput_warmup(cfg)
     _compile_switches(cfg)
     check_net(cfg)
