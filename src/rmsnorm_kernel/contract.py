@@ -65,6 +65,16 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _DTYPE_NAMES = "float16, bfloat16, float32, float64"
 
 
+def shown(value: object) -> str:
+    """``value`` for an error message: a tensor by its shape and dtype (its repr would print every
+    element, and is what a swapped argument, e.g. a weight passed as eps, would show), anything
+    else by its type and repr, cut at 80 characters."""
+    if isinstance(value, torch.Tensor):
+        return f"Tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
 def _check_real(name: str, value: object, *, positive: bool) -> None:
     if (
         type(value) is float
@@ -73,9 +83,7 @@ def _check_real(name: str, value: object, *, positive: bool) -> None:
     ):
         return  # the hot path: a plain, valid Python float
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ContractTypeError(
-            f"{name} must be a real number (got {type(value).__name__} {value!r})"
-        )
+        raise ContractTypeError(f"{name} must be a real number (got {shown(value)})")
     if not math.isfinite(float(value)):
         raise ContractValueError(f"{name} must be finite (got {value!r})")
     if abs(float(value)) > FLOAT32_MAX:
@@ -113,7 +121,7 @@ def check_normalized_shape(value: object) -> tuple[int, ...]:
         return tuple(int(d) for d in value)
     raise ContractTypeError(
         "normalized_shape must be an int or a list / tuple / torch.Size of ints (got "
-        f"{type(value).__name__} {value!r})"
+        f"{shown(value)})"
     )
 
 
@@ -232,14 +240,13 @@ def check_contract(
     if not 1 <= n <= MAX_N:
         raise ContractValueError(f"{xn}'s last dim N must satisfy 1 <= N <= {MAX_N} (got N={n})")
     _check_device(x, xn)
+    if weight is not None and not isinstance(weight, torch.Tensor):
+        # before eps: rmsnorm(x, (N,), w) (F.rms_norm's order) is a weight mistake first
+        raise ContractTypeError(f"{wn} must be a torch.Tensor or None (got {shown(weight)})")
     _check_real("eps", eps, positive=eps_positive)
     _check_real("offset", offset, positive=False)
 
     if weight is not None:
-        if not isinstance(weight, torch.Tensor):
-            raise ContractTypeError(
-                f"{wn} must be a torch.Tensor or None (got {type(weight).__name__})"
-            )
         _check_dtype(wn, weight)
         if tuple(weight.shape) != (n,):
             raise ContractValueError(

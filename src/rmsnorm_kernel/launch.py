@@ -91,8 +91,15 @@ def _interpret(fn, grid, args, floats, consts, num_warps, num_stages, num_ctas) 
     by Dynamo: where Dynamo falls back to running a frame eagerly (``torch.func.grad`` of a
     ``torch.compile``d call) it still traces the frames called from it, and tracing the
     interpreter's Python execution of a kernel fails on fake tensors (``KeyError(torch.uint64)``)
-    instead of running the kernel."""
-    fn[grid](*args, *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas)
+    instead of running the kernel. numpy's floating-point warnings are off: the interpreter
+    computes with numpy, which warns where a GPU (and F.rms_norm) silently gives inf or NaN (a
+    zero row with eps <= 0, an overflowing sum of squares), pointing at Triton's internals."""
+    import numpy as np  # the interpreter's own dependency
+
+    with np.errstate(all="ignore"):
+        fn[grid](
+            *args, *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas
+        )
 
 
 class _Layout:

@@ -245,3 +245,21 @@ def test_compiled_kernels_asked_for_without_cuda_are_refused_before_any_run(tmp_
     )  # fmt: skip
     assert check.returncode == 1 and "Traceback" not in check.stderr
     assert "FAIL: TRITON_INTERPRET asks for compiled kernels" in check.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's numpy warnings")
+def test_the_interpreter_gives_inf_and_nan_without_numpy_warnings():
+    """A zero row with eps=0 and an overflowing sum of squares: F.rms_norm is silent, and the
+    interpreter printed numpy's RuntimeWarnings from Triton's internals."""
+    import warnings
+
+    import rmsnorm_kernel as rk
+
+    x = torch.randn(3, 64)
+    x[1] = 0
+    x[2] = 1e20
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = rk.rms_norm(x, (64,), eps=0.0)
+    want = torch.nn.functional.rms_norm(x, (64,), eps=0.0)
+    assert torch.equal(y.isnan(), want.isnan()) and torch.equal(y[2], want[2])

@@ -195,3 +195,20 @@ def test_eps_none_with_a_non_float_input_names_x_dtype(device, dtype):
     ):
         with pytest.raises(rk.ContractTypeError, match="x must have dtype"):
             call()
+
+
+def test_a_swapped_argument_is_named_and_a_tensor_is_not_printed(device):
+    """rmsnorm(x, (N,), w) in F.rms_norm's order: the error named eps and printed all of w's
+    values; now it names the weight, and tensors are shown by shape and dtype."""
+    x, w = torch.randn(4, 64, device=device), torch.randn(64, device=device)
+    with pytest.raises(rk.ContractTypeError) as refused:
+        rk.rmsnorm(x, (64,), w)
+    assert str(refused.value) == "weight must be a torch.Tensor or None (got tuple (64,))"
+    with pytest.raises(rk.ContractTypeError) as refused:
+        rk.rmsnorm(x, w, w)
+    assert str(refused.value) == (
+        "eps must be a real number (got Tensor of shape (64,) and dtype torch.float32)"
+    )
+    with pytest.raises(rk.ContractTypeError) as refused:
+        rk.rms_norm(x, w)  # normalized_shape forgotten
+    assert str(refused.value).endswith("(got Tensor of shape (64,) and dtype torch.float32)")
