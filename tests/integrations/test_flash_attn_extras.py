@@ -221,3 +221,28 @@ def test_is_rms_norm_takes_any_true_value():
     )
     got = fa.layer_norm_linear_fn(X, W, None, LW, None, is_rms_norm=1)
     assert torch.equal(got, fa.layer_norm_linear_fn(X, W, None, LW, None, is_rms_norm=True))
+
+
+def _inference_zeros(shape):
+    with torch.inference_mode():
+        return torch.zeros(shape)
+
+
+@pytest.mark.parametrize(
+    "which,make,rule",
+    [
+        ("residual_out", lambda s: torch.zeros(s, requires_grad=True), "must not be a leaf"),
+        ("residual_out", _inference_zeros, "torch.inference_mode"),
+        ("out", lambda s: torch.zeros(1, s[1]).expand(s), "must not repeat memory"),
+    ],
+    ids=["leaf-requiring-grad", "inference", "stride-0"],
+)
+def test_an_unwritable_buffer_is_refused_before_out_is_written(which, make, rule):
+    """These failed in the copy into residual_out (or with PyTorch's generic overlap error),
+    after y had already been written into out."""
+    x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
+    out = torch.zeros(4, 64)
+    buffers = {"out": out, "residual_out": torch.zeros(4, 64), which: make((4, 64))}
+    with pytest.raises(rk.ContractValueError, match=f"^{which} {rule}|^{which} .*{rule}"):
+        fa.rms_norm_fn(x, w, None, residual=r, prenorm=True, **buffers)
+    assert not buffers["out"].any() and not out.any()  # nothing written

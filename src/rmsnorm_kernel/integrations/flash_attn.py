@@ -83,6 +83,22 @@ def _check_buffer(name: str, buf, x: torch.Tensor) -> None:
             f"{name} must have x's shape {tuple(x.shape)} and device {x.device} and a dtype in "
             f"{SUPPORTED_DTYPES} (got {tuple(buf.shape)}, {buf.device}, {buf.dtype})"
         )
+    # What the copy into it would refuse, refused before anything is computed or written (the
+    # copy of y into out comes before that of h into residual_out).
+    if torch.is_grad_enabled() and buf.requires_grad and buf.is_leaf:
+        raise ContractValueError(
+            f"{name} must not be a leaf tensor that requires grad: writing into it is an in-place "
+            "operation autograd refuses (pass a buffer without requires_grad)"
+        )
+    if buf.is_inference() and not torch.is_inference_mode_enabled():
+        raise ContractValueError(
+            f"{name} must not be a tensor made under torch.inference_mode when called outside it"
+        )
+    if any(stride == 0 and size > 1 for size, stride in zip(buf.shape, buf.stride(), strict=True)):
+        raise ContractValueError(
+            f"{name} must not repeat memory (stride 0, e.g. an expand: strides "
+            f"{tuple(buf.stride())}): its elements would share one memory location"
+        )
 
 
 def _check(
