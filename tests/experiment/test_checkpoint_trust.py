@@ -229,3 +229,19 @@ def test_an_unusable_device_is_refused_with_a_message(tmp_path, capsys):
     path = _export(tmp_path / "good.safetensors")
     assert main(["--ckpt", str(path), "--device", "banana"]) == 1
     assert "device must be a torch device such as cpu (got 'banana')" in capsys.readouterr().err
+
+
+def test_a_dir_or_a_lightning_checkpoint_is_named_for_what_it_is(tmp_path, capsys):
+    """--ckpt checkpoints/ said "checkpoint not found"; --ckpt last.ckpt said "truncated or
+    corrupt safetensors"."""
+    last = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {}, "global_step": 3}, last)
+    cases = {
+        tmp_path: f"{tmp_path} is a directory, not a checkpoint file: pass one .safetensors file, "
+        "or the folder holding index.json as --root",
+        last: f"{last}: a torch.save file (a Lightning last.ckpt?), not an exported safetensors "
+        "checkpoint",
+    }
+    for path, message in cases.items():
+        assert main(["--ckpt", str(path)]) == 1
+        assert message in capsys.readouterr().err

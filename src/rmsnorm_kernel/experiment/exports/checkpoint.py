@@ -257,8 +257,7 @@ def write_checkpoint(
 def read_header(path: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[int, ...]]]]:
     """``(raw metadata, {tensor name: (dtype name, shape)})`` of ``path``; reads no tensor data."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    _check_file(path)
     try:
         with safe_open(str(path), framework="pt") as f:
             raw = dict(f.metadata() or {})
@@ -267,10 +266,37 @@ def read_header(path: Path) -> tuple[dict[str, str], dict[str, tuple[str, tuple[
                 piece = f.get_slice(name)
                 header[name] = (piece.get_dtype(), tuple(piece.get_shape()))
     except Exception as e:  # safetensors reports truncation as several error types
+        if _torch_save_file(path):
+            raise CheckpointError(
+                f"{path}: a torch.save file (a Lightning last.ckpt?), not an exported "
+                "safetensors checkpoint: exports are the checkpoints/*.safetensors files; a "
+                "last.ckpt resumes training with ckpt_path=<it>"
+            ) from e
         raise CheckpointError(
             f"{path}: unreadable safetensors file, truncated or corrupt ({type(e).__name__}: {e})"
         ) from e
     return raw, header
+
+
+def _check_file(path: Path) -> None:
+    """:class:`CheckpointError` for a path that is not a file: missing, or a directory."""
+    if path.is_dir():
+        raise CheckpointError(
+            f"{path} is a directory, not a checkpoint file: pass one .safetensors file, or the "
+            "folder holding index.json as --root to check every export listed there"
+        )
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+
+
+def _torch_save_file(path: Path) -> bool:
+    """Whether ``path`` starts as ``torch.save`` files do (a zip archive, or a pickle)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head.startswith((b"PK\x03\x04", b"\x80"))
 
 
 def expected_weights(spec: Mapping[str, Any], field: str) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -435,8 +461,7 @@ def verify_checkpoint(
         the file on any mismatch.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
+    _check_file(path)
     digest = sha256_of(path)  # first: a file that is not the recorded one is not even parsed
     if sha256 is not None and digest != sha256:
         raise CheckpointError(f"{path}: sha256 {digest} differs from the recorded {sha256}")
