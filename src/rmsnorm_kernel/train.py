@@ -49,6 +49,22 @@ def _one_line(override: str, error: Exception) -> str:
     return f"override {override!r}: {text}"
 
 
+def _parse_error(text: str) -> str:
+    """What Hydra's override parser said, in one line: its reason, without the header and the
+    link; a lexer error's caret line becomes the character it points at (``~``, ``$``...)."""
+    lines = [
+        ln
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith(("See https://", "Error parsing override"))
+    ]
+    for i, line in enumerate(lines[1:], start=1):
+        if set(line.strip()) == {"^"}:  # the caret under the offending character
+            above, at = lines[i - 1], line.index("^")
+            char = above[at] if at < len(above) else "?"
+            return f"{char!r} cannot stand there unquoted; quote the value: key='value'"
+    return lines[0].strip() if lines else text.strip()
+
+
 def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
     """Concrete override lists covering every value of every sweep (each value once, the other
     sweeps at their first value); Hydra's own ``hydra.*`` overrides are left to Hydra, except
@@ -67,7 +83,7 @@ def _override_sets(overrides: Sequence[str]) -> list[list[str]]:
         except OverrideParseException as e:
             raise SettingsError(
                 f"override {text!r} must be key=value, +key=value or ~key "
-                f"(Hydra: {(str(e).splitlines() + [''])[1].strip()})"
+                f"(Hydra: {_parse_error(str(e))})"
             ) from e
         if parsed.is_hydra_override():
             if parsed.get_key_element() == "hydra.searchpath":

@@ -35,6 +35,16 @@ REFUSED = [
         "override 'garbage' must be key=value, +key=value or ~key (Hydra: missing "
         "EQUAL at '<EOF>')",
     ),
+    (  # Hydra's lexer error was shown as its caret line alone: "(Hydra: ^)"
+        "hydra.run.dir=~/x",
+        "override 'hydra.run.dir=~/x' must be key=value, +key=value or ~key (Hydra: '~' cannot "
+        "stand there unquoted; quote the value: key='value')",
+    ),
+    (  # and another one as the link line: "(Hydra: See https://hydra.cc/...)"
+        "a=b=c",
+        "override 'a=b=c' must be key=value, +key=value or ~key (Hydra: mismatched input '=' "
+        "expecting <EOF>)",
+    ),
 ]
 
 
