@@ -25,6 +25,7 @@ Triton's interpreter (the CPU backend) has no compiled handle: there every launc
 from __future__ import annotations
 
 import operator
+import warnings
 from functools import reduce
 
 import torch
@@ -91,12 +92,11 @@ def _interpret(fn, grid, args, floats, consts, num_warps, num_stages, num_ctas) 
     by Dynamo: where Dynamo falls back to running a frame eagerly (``torch.func.grad`` of a
     ``torch.compile``d call) it still traces the frames called from it, and tracing the
     interpreter's Python execution of a kernel fails on fake tensors (``KeyError(torch.uint64)``)
-    instead of running the kernel. numpy's floating-point warnings are off: the interpreter
+    instead of running the kernel. The interpreter's floating-point RuntimeWarnings are off: it
     computes with numpy, which warns where a GPU (and F.rms_norm) silently gives inf or NaN (a
     zero row with eps <= 0, an overflowing sum of squares), pointing at Triton's internals."""
-    import numpy as np  # the interpreter's own dependency
-
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
         fn[grid](
             *args, *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas
         )
