@@ -357,10 +357,10 @@ def _through_op(x: torch.Tensor, weight, residual) -> bool:
       for every later input; on CPU the interpreter fails on the traced tensors instead).
     """
     return (
-        x.is_meta
-        or type(x) not in PLAIN_TENSORS
-        or is_subclass(weight)
-        or is_subclass(residual)
+        type(x) not in PLAIN_TENSORS  # (a FakeTensor too)
+        or x.is_meta
+        or (weight is not None and type(weight) not in PLAIN_TENSORS)
+        or (residual is not None and type(residual) not in PLAIN_TENSORS)
         or torch.jit.is_tracing()
     )
 
@@ -420,54 +420,9 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
             return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
 
         return dtensor.local_call(local, x, weight, residual)
-    if (fmt := _channels_last(x)) is None:
-        return _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
-    # F.rms_norm keeps a channels-last input's layout in its output and its input's gradient
-    # (empty_like(x) in x's suggested memory format); the kernels read and write rows: x is
-    # copied to rows (as it would be anyway), and y and dx are copied back to that layout, in
-    # this case only and outside the op (whose outputs are contiguous, as its fake says).
-    x = contiguous_keeping_grad_layout(x, fmt)
-    if residual is not None and _channels_last(residual) is not None:
-        residual = contiguous_keeping_grad_layout(residual, fmt)
-    out = _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
-    if isinstance(out, tuple):
-        return tuple(t.contiguous(memory_format=fmt) for t in out)
-    return out.contiguous(memory_format=fmt)
-
-
-def contiguous_keeping_grad_layout(x: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
-    """``x.contiguous()`` whose gradient comes back in ``fmt``. Under torch.compile ``x`` itself
-    (Dynamo does not trace an ``autograd.Function`` with a jvp; Inductor picks the layouts)."""
-    if torch.compiler.is_compiling():
-        return x
-    return ContiguousKeepingGradLayout.apply(x, fmt)
-
-
-class ContiguousKeepingGradLayout(torch.autograd.Function):
-    """``apply(x, memory_format)`` -> ``x.contiguous()``, whose gradient comes back in
-    ``memory_format`` (a channels-last input's gradient keeps its layout, as F.rms_norm's does)."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, memory_format):
-        return x.contiguous()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.memory_format = inputs[1]
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.contiguous(memory_format=ctx.memory_format), None
-
-    @staticmethod
-    def jvp(ctx, x_t, _):
-        return x_t.contiguous()
-
-
-def _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
-    """:func:`_rmsnorm` of plain tensors; its outputs are contiguous."""
+    # (x.dim() first: the one C call the common 2-D / 3-D case pays for this)
+    if isinstance(x, torch.Tensor) and x.dim() >= 4 and (fmt := _channels_last(x)) is not None:
+        return _channels_last_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, fmt)
     if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         dtype = x.dtype  # the normalised tensor's: x, or x + residual
@@ -529,6 +484,52 @@ def _rows_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         # normal copies are saved instead (an extra copy for these tensors only).
         x, weight, residual = (_normal(t) for t in (x, weight, residual))
     return RMSNormFunction.apply(x, weight, float(eps), float(offset), residual, llama)
+
+
+def contiguous_keeping_grad_layout(x: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
+    """``x.contiguous()`` whose gradient comes back in ``fmt``. Under torch.compile a plain
+    ``x.contiguous()`` (Dynamo does not trace an ``autograd.Function`` with a jvp; Inductor
+    picks the gradient's layout)."""
+    if torch.compiler.is_compiling():
+        return x.contiguous()
+    return ContiguousKeepingGradLayout.apply(x, fmt)
+
+
+class ContiguousKeepingGradLayout(torch.autograd.Function):
+    """``apply(x, memory_format)`` -> ``x.contiguous()``, whose gradient comes back in
+    ``memory_format`` (a channels-last input's gradient keeps its layout, as F.rms_norm's does)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, memory_format):
+        return x.contiguous()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.memory_format = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous(memory_format=ctx.memory_format), None
+
+    @staticmethod
+    def jvp(ctx, x_t, _):
+        return x_t.contiguous()
+
+
+def _channels_last_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, fmt):
+    """F.rms_norm keeps a channels-last input's layout in its output and its input's gradient
+    (empty_like(x) in x's suggested memory format); the kernels read and write rows: x is copied
+    to rows (as it would be anyway), and y and dx are copied back to that layout, in this case
+    only and outside the op (whose outputs are contiguous, as its fake says)."""
+    x = contiguous_keeping_grad_layout(x, fmt)
+    if residual is not None and _channels_last(residual) is not None:
+        residual = contiguous_keeping_grad_layout(residual, fmt)
+    out = _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+    if isinstance(out, tuple):
+        return tuple(t.contiguous(memory_format=fmt) for t in out)
+    return out.contiguous(memory_format=fmt)
 
 
 def _is_inference(t: torch.Tensor | None) -> bool:
