@@ -158,7 +158,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
 
 #: The first bytes of what ``torch.save`` writes: a zip archive (the default since torch 1.6), or
 #: a pickle stream (protocol 2+ starts with 0x80) from ``_use_new_zipfile_serialization=False``.
-_ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+TORCH_SAVE_MAGIC = (b"PK\x03\x04", b"\x80")
 
 
 def _unreadable(path: Path, error: Exception) -> str:
@@ -172,7 +172,7 @@ def _unreadable(path: Path, error: Exception) -> str:
         return f"cannot be opened ({type(e).__name__}: {e.strerror or e})"
     if not head:
         return "is empty (0 bytes): a run that was killed while saving? start without ckpt_path"
-    if not head.startswith((_ZIP_MAGIC, _PICKLE_MAGIC)):
+    if not head.startswith(TORCH_SAVE_MAGIC):
         return f"is not a file torch.save wrote (it starts with {head!r}), so not a last.ckpt"
     if "weights only load failed" in str(error).lower():
         # weights_only=True refused a pickled object beyond tensors and plain containers; nothing

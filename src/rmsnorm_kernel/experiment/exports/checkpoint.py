@@ -291,12 +291,14 @@ def _check_file(path: Path) -> None:
 
 def _torch_save_file(path: Path) -> bool:
     """Whether ``path`` starts as ``torch.save`` files do (a zip archive, or a pickle)."""
+    from ..core.identity import TORCH_SAVE_MAGIC  # (core imports this module at load)
+
     try:
         with open(path, "rb") as f:
             head = f.read(4)
     except OSError:
         return False
-    return head.startswith((b"PK\x03\x04", b"\x80"))
+    return head.startswith(TORCH_SAVE_MAGIC)
 
 
 def expected_weights(spec: Mapping[str, Any], field: str) -> dict[str, tuple[str, tuple[int, ...]]]:
