@@ -123,17 +123,12 @@ def _hydra_view(
     (Hydra then reports what is wrong itself) or a path needs Hydra's runtime, the run dir is
     None."""
     from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
-    own = []
-    for text in overrides:
-        try:
-            (parsed,) = parser.parse_overrides([text])
-        except Exception:  # noqa: BLE001 - reported by _override_sets
-            continue
-        if parsed.is_hydra_override() and not parsed.is_sweep_override():
-            own.append(text)
+    own = [
+        text
+        for text, parsed in _parseable(overrides)
+        if parsed.is_hydra_override() and not parsed.is_sweep_override()
+    ]
     try:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name, overrides=[*first, *own], return_hydra_config=True)
@@ -157,16 +152,25 @@ def _hydra_view(
 COMPARE_CALLBACK = "rmsnorm_kernel.experiment.analysis.CompareOnMultirunEnd"
 
 
-def _norm_values(overrides: Sequence[str]) -> list[str]:
-    """The values a ``norm=a,b,...`` sweep override lists, repeats kept (none: [])."""
+def _parseable(overrides: Sequence[str]) -> list[tuple[str, Any]]:
+    """``(text, Hydra's parsed override)`` of each override that parses (the others are
+    reported by :func:`_override_sets`)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
+    out = []
     for text in overrides:
         try:
             (parsed,) = parser.parse_overrides([text])
         except Exception:  # noqa: BLE001 - reported by _override_sets
             continue
+        out.append((text, parsed))
+    return out
+
+
+def _norm_values(overrides: Sequence[str]) -> list[str]:
+    """The values a ``norm=a,b,...`` sweep override lists, repeats kept (none: [])."""
+    for _, parsed in _parseable(overrides):
         if parsed.get_key_element() == "norm" and parsed.is_sweep_override():
             try:
                 return [str(v) for v in parsed.sweep_string_iterator()]
