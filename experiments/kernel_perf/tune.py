@@ -1667,6 +1667,12 @@ if os.environ.get("TMA_NEW"):
     ]
 
 
+#: The deals part tmanew times each plan with: ``TMA_NEW_DEALS=strided`` (or ``blocks``) keeps one.
+TMA_NEW_DEALS = [
+    deal == "strided" for deal in os.environ.get("TMA_NEW_DEALS", "blocks,strided").split(",")
+]
+
+
 def _new_plans(n, itemsize):
     """(rows, per_sm, stages, warps) for part tmanew: tiles of 4-16 rows, 2-8 programs per SM
     (or ``TMA_NEW_PLANS``), the programs of one SM within ~200 KB of shared memory, as
@@ -1684,7 +1690,7 @@ def part_tmanew(rows):
     for m, n, dtype in TMA_NEW:
         inputs, base, dx0 = _tma_heuristic(rows, "tmanew", m, n, dtype)
         for plan in _new_plans(n, dtype.itemsize):
-            for strided in (False, True):
+            for strided in TMA_NEW_DEALS:
                 cfg = config._tma_backward_config(m, n, 0, plan, None, strided=strided)
                 deal = "strided" if strided else "blocks"
                 name = f"{deal} rows={{}} per_sm={{}} st={{}} w={{}} ".format(*plan) + str(dtype)
