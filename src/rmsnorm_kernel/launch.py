@@ -39,7 +39,11 @@ except ImportError:  # pragma: no cover - outside the supported range
     _knobs = None
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-_DATA_PTR = torch.Tensor.data_ptr
+#: The tensors' addresses, read without materialising a lazily cloned (copy-on-write) tensor:
+#: the kernels write only tensors this package allocated, never the caller's (torch >= 2.1 has
+#: ``const_data_ptr``; ``data_ptr`` is the mutable access, which copies a COW tensor's storage).
+_DATA_PTR = getattr(torch.Tensor, "const_data_ptr", torch.Tensor.data_ptr)
+_IS_COW = getattr(torch._C, "_is_cow_tensor", None)
 _DTYPE = operator.attrgetter("dtype")
 
 #: Handles kept per kernel before the table is emptied and refilled (a safety bound: keys hold
@@ -86,6 +90,30 @@ def _gather(positions: tuple[int, ...]):
     return operator.itemgetter(*positions)
 
 
+def _snapshot(t: torch.Tensor) -> torch.Tensor:
+    """A private copy of ``t``'s whole storage, viewed with ``t``'s exact layout (sizes, strides
+    and offset: the kernels get row strides apart from the tensor). Reading a copy-on-write
+    tensor does not materialise it."""
+    elems = t.untyped_storage().nbytes() // t.element_size()
+    flat = t.as_strided((elems,), (1,), 0).clone()
+    return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def without_cow(args: tuple) -> tuple:
+    """``args`` with each lazily cloned (copy-on-write) tensor replaced by :func:`_snapshot`.
+
+    Triton's own launch path (its interpreter, which copies every tensor argument back after the
+    kernel, and ``JITFunction.run`` / a tensor descriptor, which read ``data_ptr()``) takes each
+    tensor's mutable storage, and that materialises a COW tensor: the caller's input (from
+    ``torch._lazy_clone``) would lose its sharing, as PyTorch's ``test_cow_input`` checks
+    F.rms_norm does not. The kernels write only tensors this package allocated, so a COW tensor
+    here is an input, and reading a snapshot of it gives the same values. Off the hot path: the
+    cached launch hands the launcher addresses read with ``const_data_ptr``."""
+    if _IS_COW is None or not any(isinstance(a, torch.Tensor) and _IS_COW(a) for a in args):
+        return args
+    return tuple(_snapshot(a) if isinstance(a, torch.Tensor) and _IS_COW(a) else a for a in args)
+
+
 @torch.compiler.disable
 def _interpret(fn, grid, args, floats, consts, num_warps, num_stages, num_ctas) -> None:
     """A launch through Triton's interpreter (or a kernel without a device index). Never traced
@@ -98,7 +126,7 @@ def _interpret(fn, grid, args, floats, consts, num_warps, num_stages, num_ctas) 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
         fn[grid](
-            *args, *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas
+            *without_cow(args), *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas
         )
 
 
@@ -144,7 +172,7 @@ def _spec(arg) -> object:
             return 1
         return 2 + (arg % 16 == 0) + 4 * (_INT32_MIN <= arg <= _INT32_MAX)
     if isinstance(arg, torch.Tensor):
-        return arg.dtype, arg.data_ptr() % 16 == 0
+        return arg.dtype, _DATA_PTR(arg) % 16 == 0
     if isinstance(arg, torch.dtype):
         return arg
     if isinstance(arg, TensorDescriptor):  # typed by its values and box (encoded per launch)
@@ -235,7 +263,7 @@ class CachedKernel:
                 self.handles.clear()
             with torch.cuda.device(device_index):
                 compiled = self.fn[grid](
-                    *args,
+                    *without_cow(args),
                     *floats,
                     *consts,
                     num_warps=num_warps,
@@ -255,6 +283,8 @@ class CachedKernel:
         params = (grid[0], grid_1, 1, stream, function, packed, None, None, None)
         if layout.direct:
             args = (*ptrs, *ints)
+        else:  # Triton's launcher reads these tensors' data_ptr() itself (see without_cow)
+            args = without_cow(args)
         if torch._C._cuda_getDevice() != device_index:
             # Tensors on another GPU than the current one (a model split over GPUs in one
             # process, e.g. Hugging Face's device_map="auto"): the launcher launches in the

@@ -36,7 +36,7 @@ from .config import (
     tma_from,
 )
 from .contract import ContractValueError, check_contract
-from .launch import CachedKernel
+from .launch import _DATA_PTR, CachedKernel, without_cow
 
 #: Inputs copied because their layout could not be read in place (see ``as_rows`` and
 #: ``weight_of``).
@@ -128,7 +128,7 @@ def tma_ready(t: torch.Tensor, row_stride: int) -> bool:
     expanded gradient's stride 0 stays with the pointer kernels), in a dtype it moves."""
     return (
         t.dtype in _TMA_DTYPES
-        and t.data_ptr() % 16 == 0
+        and _DATA_PTR(t) % 16 == 0
         and row_stride >= t.shape[-1]
         and (row_stride * t.element_size()) % 16 == 0
     )
@@ -139,6 +139,7 @@ def _rows_desc(t: torch.Tensor, m: int, row_stride: int, rows: int) -> TensorDes
     ``(rows, N / chunk, chunk)`` with ``chunk = min(N, TMA_CHUNK)``."""
     n = t.shape[-1]
     chunk = min(n, TMA_CHUNK)
+    (t,) = without_cow((t,))  # the launcher reads the base's data_ptr(): not of a COW input
     return TensorDescriptor(
         t, [m, n // chunk, chunk], [row_stride, chunk, 1], [rows, n // chunk, chunk]
     )

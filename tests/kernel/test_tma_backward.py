@@ -370,3 +370,18 @@ def test_expanded_gradient_takes_the_pointer_kernel_on_gpu(monkeypatch):
     _, _, dx_ref, _, _ = oracle(x, w, dy)
     assert_close(x.grad, dx_ref, torch.bfloat16, "dx")
     assert_dweight_within_sum_bound(w.grad, x, dy)
+
+
+def test_tma_backward_leaves_copy_on_write_inputs_lazy():
+    """Lazily cloned x, dy and weight stay lazy through the descriptor kernel (Triton's launcher
+    reads a descriptor's base with ``data_ptr()``, which copies a COW tensor's storage), with
+    the same bits as the tensors themselves."""
+    m, n = 37, 512
+    x, dy, w = _inputs(m, n, torch.float32)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
+    cfg = _tma_config(m, n, 5, 4)
+    expected = ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+    lazy = [torch._lazy_clone(t) for t in (dy, x, w)]
+    got = ops.launch_backward(*lazy, rstd, 0.0, None, x.dtype, config=cfg)
+    assert [torch._C._is_cow_tensor(t) for t in lazy] == [True] * 3
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])

@@ -159,3 +159,32 @@ def test_a_negative_bit_weight_is_read_as_its_values(rounding, device):
     assert (
         torch.equal(y, y2) and torch.equal(x.grad, x2.grad) and torch.equal(base.grad, base2.grad)
     )
+
+
+def _cow_run(x, w, res, dy, dh):
+    """y, h and every gradient of one fwd+bwd (leaves x, w, res)."""
+    y, h = rk.rmsnorm(x, w, 1e-6, residual=res)
+    grads = torch.autograd.grad([y, h], [x, w, res], [dy, dh])
+    return (y, h, *grads)
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "step_last_dim", "row_step", "transpose"])
+def test_copy_on_write_inputs_stay_lazy(kind, device):
+    """Lazily cloned (copy-on-write, ``torch._lazy_clone``) x, weight, residual, dy and dh stay
+    lazy through forward and backward, as F.rms_norm leaves them (PyTorch's ``test_cow_input``):
+    Triton's launch path took each tensor's mutable data pointer, which copies a COW tensor's
+    storage. Values: the same bits as the same views not lazily cloned."""
+    shape, view = ROW_VIEWS[kind]
+    raw = {name: view(torch.randn(shape, device=device)) for name in ("x", "res", "dy", "dh")}
+    raw["w"] = torch.randn(N, device=device)
+    plain = {k: (t.detach().requires_grad_() if k in ("x", "w", "res") else t) for k, t in raw.items()}
+    cow = {k: torch._lazy_clone(t) for k, t in raw.items()}
+    assert all(torch._C._is_cow_tensor(t) for t in cow.values())
+    for k in ("x", "w", "res"):
+        cow[k].requires_grad_()
+    got = _cow_run(cow["x"], cow["w"], cow["res"], cow["dy"], cow["dh"])
+    lazy = {k: torch._C._is_cow_tensor(t) for k, t in cow.items()}
+    assert all(lazy.values()), f"materialised: {[k for k, v in lazy.items() if not v]}"
+    expected = _cow_run(plain["x"], plain["w"], plain["res"], plain["dy"], plain["dh"])
+    for name, a, b in zip(("y", "h", "dx", "dweight", "dresidual"), got, expected):
+        assert torch.equal(a, b), name
