@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Issue 17's two fwd+bwd shapes at the edge of the 1.05x-quack target (bench 2026-12-04e:
 # 131072x512 bf16 1.019x, 65536x1024 bf16 1.047x): the TMA backward's grid-stride deal over a
-# wider plan space than BWD_TMA_STRIDED's (rows per step 1-8, 2-8 programs per SM, 2-4 stages,
-# 4 warps and some 8), beside the heuristic timed first and last. One call, ~200 s; carry .whl:
+# wider plan space than BWD_TMA_STRIDED's: rows per step 1-8, 2-6 programs per SM (the
+# twenty-sixth session's sweep at these widths found 3 per SM 5-10% ahead of 2 and 4; it tried
+# one rows-per-step value each), 2-4 stages, 4 warps and some 8; the heuristic timed first and
+# last. One call, ~200 s; carry .whl:
 #   bash experiments/h200/edge_tune.sh "$OUT"
 set -u
 out=${1:?usage: edge_tune.sh OUTDIR}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src
-plans512="2,2,2,4;2,2,3,4;2,2,4,4;2,3,2,4;2,3,3,4;2,3,4,4;2,4,2,4;2,4,3,4;2,4,4,4;2,6,2,4;2,6,3,4"
-plans512+=";2,6,4,4;2,8,2,4;2,8,3,4;2,8,4,4;4,2,2,4;4,2,3,4;4,2,4,4;4,3,2,4;4,3,3,4;4,3,4,4;4,4,2,4"
-plans512+=";4,4,3,4;4,4,4,4;4,6,2,4;4,6,3,4;4,6,4,4;4,8,2,4;4,8,3,4;8,2,2,4;8,2,3,4;8,2,4,4;8,3,2,4"
-plans512+=";8,3,3,4;8,3,4,4;8,4,2,4;8,4,3,4;8,6,2,4;4,3,3,8;4,4,3,8;8,3,3,8;8,4,3,8"
-plans1024="1,2,2,4;1,2,3,4;1,2,4,4;1,3,2,4;1,3,3,4;1,3,4,4;1,4,2,4;1,4,3,4;1,4,4,4;1,6,2,4;1,6,3,4"
-plans1024+=";1,6,4,4;2,2,2,4;2,2,3,4;2,2,4,4;2,3,2,4;2,3,3,4;2,3,4,4;2,4,2,4;2,4,3,4;2,4,4,4;2,6,2,4"
-plans1024+=";2,6,3,4;2,6,4,4;4,2,2,4;4,2,3,4;4,2,4,4;4,3,2,4;4,3,3,4;4,3,4,4;4,4,2,4;4,4,3,4;4,6,2,4"
-plans1024+=";2,3,3,8;2,4,3,8;4,3,3,8;4,4,3,8"
+plans512="2,3,2,4;2,3,3,4;2,3,4,4;2,4,2,4;2,4,3,4;2,4,4,4;2,5,2,4;2,5,3,4;2,5,4,4;2,6,2,4;2,6,3,4"
+plans512+=";2,6,4,4;4,3,2,4;4,3,3,4;4,3,4,4;4,4,2,4;4,4,3,4;4,4,4,4;4,5,2,4;4,5,3,4;4,5,4,4;4,6,2,4"
+plans512+=";4,6,3,4;4,6,4,4;8,3,2,4;8,3,3,4;8,3,4,4;8,4,2,4;8,4,3,4;8,5,2,4;8,6,2,4;2,3,3,8;2,4,3,8"
+plans512+=";4,3,3,8;4,4,3,8"
+plans1024="1,2,2,4;1,2,3,4;1,2,4,4;1,3,2,4;1,3,3,4;1,3,4,4;1,4,2,4;1,4,3,4;1,4,4,4;1,5,2,4;1,5,3,4"
+plans1024+=";1,5,4,4;2,2,2,4;2,2,3,4;2,2,4,4;2,3,2,4;2,3,3,4;2,3,4,4;2,4,2,4;2,4,3,4;2,4,4,4;2,5,2,4"
+plans1024+=";2,5,3,4;2,5,4,4;4,2,2,4;4,2,3,4;4,2,4,4;4,3,2,4;4,3,3,4;4,3,4,4;4,4,2,4;4,4,3,4;4,5,2,4"
+plans1024+=";1,3,3,8;1,4,3,8;2,3,3,8;2,4,3,8"
 step() {  # step NAME TIMEOUT CMD...: run, log under $out, record rc and wall time
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
