@@ -29,13 +29,18 @@ TMA_NEW=131072x512:bfloat16 TMA_NEW_DEALS=strided TMA_NEW_PLANS="$plans512" step
   python3 experiments/kernel_perf/tune.py --parts tmanew --out "$out/tma512.json"
 TMA_NEW=65536x1024:bfloat16 TMA_NEW_DEALS=strided TMA_NEW_PLANS="$plans1024" step tma1024 200 \
   python3 experiments/kernel_perf/tune.py --parts tmanew --out "$out/tma1024.json"
-for f in "$out"/tma512.log "$out"/tma1024.log; do
+# The chunked forward of wide rows (bench 2026-12-04e: 512x131072 / 256x262144 bf16 0.70x
+# quack): wide_forward.py's pass-2 hints (evict_first loads, streaming stores) and order beside
+# the package's default, which since the sixteenth session hints only pass 1 (evict_last).
+WIDE_FWD=512x131072,256x262144 step widefwd 120 \
+  python3 experiments/kernel_perf/tune.py --parts widefwd --out "$out/widefwd.json"
+for f in "$out"/tma512.log "$out"/tma1024.log "$out"/widefwd.log; do
   python3 - "$f" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 ok = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
-for r in [r for r in rows if r["variant"].startswith("heuristic")] + ok[:8]:
-    print(r["M"], r["N"], r["variant"], round(r["us"], 2), r.get("dx_diff"))
+for r in [r for r in rows if r["variant"].startswith(("heuristic", "default"))] + ok[:8]:
+    print(r["M"], r["N"], r["variant"], round(r["us"], 2), r.get("dx_diff", r.get("max_err")))
 PY
 done
 cat "$out/summary.txt"

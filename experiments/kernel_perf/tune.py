@@ -613,6 +613,8 @@ def part_wide(rows):
 
 #: Shapes of part widefwd: rows the forward walks twice in chunks (quack led 1.4x at 4096 x 65536).
 WIDE_FWD = [(1024, 65536), (4096, 65536), (512, 131072), (2048, 32768)]
+if os.environ.get("WIDE_FWD"):  # "MxN,..." replaces them
+    WIDE_FWD = [tuple(map(int, s.split("x"))) for s in os.environ["WIDE_FWD"].split(",")]
 
 
 def _wide_inputs(m, n):
