@@ -340,6 +340,8 @@ class ForwardConfig:
     ``evict_last``: load the rows with the ``evict_last`` cache policy (EVICT_LAST_ROW_BYTES); a
     hint only, it changes no value. ``pdl``: launch with programmatic dependent launch (Hopper
     and newer; an explicit option, the heuristic never takes it, see PDL); no value changes.
+    ``stream``: rows walked in chunks (``rows == 0``, ``block < N``) read their second pass with
+    the ``evict_first`` policy and store y streaming (``.cs``); hints only, no value changes.
     """
 
     block: int
@@ -350,6 +352,7 @@ class ForwardConfig:
     unmasked: bool = False
     evict_last: bool = False
     pdl: bool = False
+    stream: bool = False
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
@@ -367,6 +370,11 @@ class ForwardConfig:
             raise ContractValueError(
                 "ForwardConfig.packed needs one whole row per program: rows == 0 and "
                 f"block >= N = {n} (got rows={self.rows}, block={self.block})"
+            )
+        if self.stream and (self.rows or self.block >= n):
+            raise ContractValueError(
+                "ForwardConfig.stream hints the second pass of rows walked in chunks: rows == 0 "
+                f"and block < N = {n} (got rows={self.rows}, block={self.block})"
             )
         if self.unmasked and (self.rows or self.block != n):
             raise ContractValueError(

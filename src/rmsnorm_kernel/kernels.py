@@ -120,9 +120,12 @@ def rmsnorm_forward_kernel(
     X_EVICT: tl.constexpr,  # the row's (first) load: "" or "evict_last" (EVICT_LAST_ROW_BYTES)
     STORE_RSTD: tl.constexpr,  # False: nothing will differentiate (inference), RSTD is unused
     PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
+    STREAM: tl.constexpr = False,  # chunked rows: pass 2 loads evict_first, stores y streaming
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
-    the row, mostly from L2).
+    the row, mostly from L2). ``STREAM`` (ForwardConfig.stream) marks what pass 2 reads and
+    writes as used once (cache hints only, no value changes), so that y does not push rows
+    still waiting for their second pass out of L2.
 
     ``PACKED`` (see config.PACKED_FORWARD): the row is kept in registers in its 16-bit dtype, two
     values per register, and widened twice: by a cast for the sum of squares and through its
@@ -188,9 +191,13 @@ def rmsnorm_forward_kernel(
             c = start + cols
             mask = c < N
             if HAS_RESIDUAL:
-                x = tl.load(h_row + c, mask=mask, other=0.0).to(ACC)
+                src = h_row + c
             else:
-                x = tl.load(x_row + c, mask=mask, other=0.0).to(ACC)
+                src = x_row + c
+            if STREAM:
+                x = tl.load(src, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC)
+            else:
+                x = tl.load(src, mask=mask, other=0.0).to(ACC)
             y = x * rstd
             if LLAMA:
                 y = y.to(X.dtype.element_ty).to(ACC)
@@ -199,7 +206,10 @@ def rmsnorm_forward_kernel(
                 if HAS_OFFSET:
                     w += offset
                 y = y * w
-            tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
+            if STREAM:
+                tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask, cache_modifier=".cs")
+            else:
+                tl.store(y_row + c, y.to(Y.dtype.element_ty), mask=mask)
         if STORE_RSTD:
             tl.store(RSTD + row, rstd)
 

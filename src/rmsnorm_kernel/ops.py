@@ -287,6 +287,7 @@ def launch_forward(
                 _evict(config),
                 store,
                 pdl,
+                config.stream,
             ),
             config.num_warps,
             1,

@@ -144,6 +144,37 @@ def test_evict_last_is_a_hint_that_changes_no_bit(device, n, cfg, with_residual)
         assert_close(y, oracle_y(x, w), dtype, f"y with {hinted}")
 
 
+@pytest.mark.parametrize("dtype", [BF16, torch.float32, torch.float64])
+@pytest.mark.parametrize("with_residual", [False, True])
+@pytest.mark.parametrize("llama", [False, True])
+def test_stream_is_a_hint_that_changes_no_bit(device, dtype, with_residual, llama):
+    """``ForwardConfig.stream`` only marks the chunked pass's second reads and its stores: the
+    bits without it (evict_last on the first pass or not, a residual's h re-read in pass 2,
+    Llama's rounding, an offset, a strided weight), and the oracle's values. On the GPU also at
+    a width the heuristic walks in chunks."""
+    wide = device == "cuda"
+    m, n, block = (3, 131072 + 77, 16384) if wide else (5, 300, 128)
+    x = torch.randn(m, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(2 * n, device=device)).to(dtype)[::2]
+    res = torch.randn(m, n, device=device).to(dtype) if with_residual else None
+    for cfg in (ForwardConfig(block, 0, 4), ForwardConfig(block, 0, 4, evict_last=True)):
+        hinted = dataclasses.replace(cfg, stream=True)
+        y, h, rstd = _launch(x, w, hinted, residual=res, llama=llama, offset=0.5)
+        y0, h0, rstd0 = _launch(x, w, cfg, residual=res, llama=llama, offset=0.5)
+        assert torch.equal(y, y0) and torch.equal(rstd, rstd0)
+        if with_residual:
+            assert torch.equal(h, h0)
+    if not (with_residual or llama):
+        assert_close(y, oracle_y(x, w, offset=0.5), dtype, f"y with {hinted}")
+
+
+def test_stream_config_is_checked_before_any_output(device):
+    x = torch.randn(4, 300, device=device)
+    for cfg in (ForwardConfig(512, 0, 4, stream=True), ForwardConfig(512, 2, 4, stream=True)):
+        with pytest.raises(ContractValueError, match="ForwardConfig.stream hints the second pass"):
+            _launch(x, None, cfg)
+
+
 def test_zero_offset_keeps_the_sign_of_a_zero_weight(device):
     """With offset 0 the weight multiplies as F.rms_norm's does: a -0.0 weight gives a signed
     zero like x * r * w (adding +0.0 first would turn it into +0.0)."""
