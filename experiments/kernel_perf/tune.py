@@ -647,7 +647,7 @@ def part_widefwd(rows):
         record("default", lambda: ops.launch_forward(x, w, None, EPS, 0.0, x.dtype))  # noqa: B023
         base = config.forward_config(m, n, 0, False, x.dtype, n * x.element_size(), 2)
         if base.rows == 0 and base.block < n:  # the package's chunked pass, pass 2 hinted
-            hinted = (dataclasses.replace(base, stream=True, evict_last=e) for e in (False, True))
+            hinted = (dataclasses.replace(base, stream=True, evict_last=on) for on in (False, True))
             for cfg in dict.fromkeys((*hinted, base)):
                 record(f"package {cfg}", _fwd_with(x, w, None, x.dtype, cfg))
         for block, warps in ((8192, 16), (16384, 32), (16384, 16)):

@@ -126,7 +126,12 @@ def _interpret(fn, grid, args, floats, consts, num_warps, num_stages, num_ctas) 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
         fn[grid](
-            *without_cow(args), *floats, *consts, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas
+            *without_cow(args),
+            *floats,
+            *consts,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            num_ctas=num_ctas,
         )
 
 

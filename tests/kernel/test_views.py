@@ -177,14 +177,15 @@ def test_copy_on_write_inputs_stay_lazy(kind, device):
     shape, view = ROW_VIEWS[kind]
     raw = {name: view(torch.randn(shape, device=device)) for name in ("x", "res", "dy", "dh")}
     raw["w"] = torch.randn(N, device=device)
-    plain = {k: (t.detach().requires_grad_() if k in ("x", "w", "res") else t) for k, t in raw.items()}
+    leaves = ("x", "w", "res")
+    plain = {k: (t.detach().requires_grad_() if k in leaves else t) for k, t in raw.items()}
     cow = {k: torch._lazy_clone(t) for k, t in raw.items()}
     assert all(torch._C._is_cow_tensor(t) for t in cow.values())
-    for k in ("x", "w", "res"):
+    for k in leaves:
         cow[k].requires_grad_()
     got = _cow_run(cow["x"], cow["w"], cow["res"], cow["dy"], cow["dh"])
     lazy = {k: torch._C._is_cow_tensor(t) for k, t in cow.items()}
     assert all(lazy.values()), f"materialised: {[k for k, v in lazy.items() if not v]}"
     expected = _cow_run(plain["x"], plain["w"], plain["res"], plain["dy"], plain["dh"])
-    for name, a, b in zip(("y", "h", "dx", "dweight", "dresidual"), got, expected):
+    for name, a, b in zip(("y", "h", "dx", "dweight", "dresidual"), got, expected, strict=True):
         assert torch.equal(a, b), name
