@@ -9,7 +9,8 @@
 set -u
 out=${1:?usage: edge_tune.sh OUTDIR}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+[ -d /tmp/site/hydra ] ||  # (tests_then_tune.sh installed them already)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src
 plans512="2,3,2,4;2,3,3,4;2,3,4,4;2,4,2,4;2,4,3,4;2,4,4,4;2,5,2,4;2,5,3,4;2,5,4,4;2,6,2,4;2,6,3,4"
 plans512+=";2,6,4,4;4,3,2,4;4,3,3,4;4,3,4,4;4,4,2,4;4,4,3,4;4,4,4,4;4,5,2,4;4,5,3,4;4,5,4,4;4,6,2,4"
