@@ -8,6 +8,8 @@
 #   bash experiments/h200/edge_tune.sh "$OUT"
 set -u
 out=${1:?usage: edge_tune.sh OUTDIR}
+json=${EDGE_JSON:-$out}  # where tune.py's JSON goes (its log holds the same rows, line by line)
+mkdir -p "$json"
 export PYTHONUNBUFFERED=1
 [ -d /tmp/site/hydra ] ||  # (tests_then_tune.sh installed them already)
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -27,14 +29,14 @@ step() {  # step NAME TIMEOUT CMD...: run, log under $out, record rc and wall ti
   echo "$name rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 }
 TMA_NEW=131072x512:bfloat16 TMA_NEW_DEALS=strided TMA_NEW_PLANS="$plans512" step tma512 200 \
-  python3 experiments/kernel_perf/tune.py --parts tmanew --out "$out/tma512.json"
+  python3 experiments/kernel_perf/tune.py --parts tmanew --out "$json/tma512.json"
 TMA_NEW=65536x1024:bfloat16 TMA_NEW_DEALS=strided TMA_NEW_PLANS="$plans1024" step tma1024 200 \
-  python3 experiments/kernel_perf/tune.py --parts tmanew --out "$out/tma1024.json"
+  python3 experiments/kernel_perf/tune.py --parts tmanew --out "$json/tma1024.json"
 # The chunked forward of wide rows (bench 2026-12-04e: 512x131072 / 256x262144 bf16 0.70x
 # quack): wide_forward.py's pass-2 hints (evict_first loads, streaming stores) and order beside
 # the package's default, which since the sixteenth session hints only pass 1 (evict_last).
 WIDE_FWD=512x131072,256x262144 step widefwd 120 \
-  python3 experiments/kernel_perf/tune.py --parts widefwd --out "$out/widefwd.json"
+  python3 experiments/kernel_perf/tune.py --parts widefwd --out "$json/widefwd.json"
 for f in "$out"/tma512.log "$out"/tma1024.log "$out"/widefwd.log; do
   python3 - "$f" <<'PY'
 import json, sys
