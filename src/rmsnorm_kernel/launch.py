@@ -91,11 +91,14 @@ def _gather(positions: tuple[int, ...]):
 
 
 def _snapshot(t: torch.Tensor) -> torch.Tensor:
-    """A private copy of ``t``'s whole storage, viewed with ``t``'s exact layout (sizes, strides
-    and offset: the kernels get row strides apart from the tensor). Reading a copy-on-write
-    tensor does not materialise it."""
-    elems = t.untyped_storage().nbytes() // t.element_size()
-    flat = t.as_strided((elems,), (1,), 0).clone()
+    """A private copy of the part of ``t``'s storage it spans, viewed with ``t``'s exact layout
+    (sizes, strides and offset: the kernels get row strides apart from the tensor). Reading a
+    copy-on-write tensor does not materialise it."""
+    if t.numel() == 0:
+        return t  # nothing is read
+    spans = zip(t.shape, t.stride(), strict=True)
+    extent = t.storage_offset() + 1 + sum((n - 1) * s for n, s in spans)
+    flat = t.as_strided((extent,), (1,), 0).clone()
     return flat.as_strided(t.shape, t.stride(), t.storage_offset())
 
 

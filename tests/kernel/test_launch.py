@@ -222,3 +222,32 @@ def test_a_layout_with_a_descriptor_keeps_its_args():
     assert _Layout((t, t, 4, 64)).direct
     assert not _Layout((desc, t, 4, 64)).direct
     assert not _Layout((t, 4, t, 64)).direct  # an int before a tensor: positions would move
+
+
+def test_a_copy_on_write_snapshot_keeps_the_exact_layout():
+    """``launch.without_cow`` replaces a lazily cloned tensor by a copy with its sizes, strides
+    and storage offset (the kernels get strides apart from the tensor), reads only the span the
+    tensor covers, leaves the original lazy, and passes every other argument through as is."""
+    from rmsnorm_kernel.launch import without_cow
+
+    base = torch.randn(10, 30)
+    views = [
+        base[2:8:2, 3:23],  # an offset and a row stride
+        base.expand(2, 10, 30)[:, :, ::3],  # stride 0
+        torch.randn(7).view(torch.uint8)[1:],  # another dtype than the storage was made with
+    ]
+    for view in views:
+        lazy = torch._lazy_clone(view)
+        plain = torch.randn(3)
+        args = (lazy, 5, plain)
+        got = without_cow(args)
+        snap = got[0]
+        assert torch._C._is_cow_tensor(lazy) and not torch._C._is_cow_tensor(snap)
+        assert (snap.shape, snap.stride(), snap.storage_offset()) == (
+            view.shape,
+            view.stride(),
+            view.storage_offset(),
+        )
+        assert torch.equal(snap, view) and got[1:] == (5, plain) and got[2] is plain
+    untouched = (torch.randn(2), 3)
+    assert without_cow(untouched) is untouched
