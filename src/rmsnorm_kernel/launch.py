@@ -110,8 +110,9 @@ def without_cow(args: tuple) -> tuple:
     tensor's mutable storage, and that materialises a COW tensor: the caller's input (from
     ``torch._lazy_clone``) would lose its sharing, as PyTorch's ``test_cow_input`` checks
     F.rms_norm does not. The kernels write only tensors this package allocated, so a COW tensor
-    here is an input, and reading a snapshot of it gives the same values. Off the hot path: the
-    cached launch hands the launcher addresses read with ``const_data_ptr``."""
+    here is an input, and reading a snapshot of it gives the same values. The pointer kernels'
+    cached launches never call this (they hand the launcher addresses read with
+    ``const_data_ptr``); the descriptor kernel's cached launches pay one check per tensor."""
     if _IS_COW is None or not any(isinstance(a, torch.Tensor) and _IS_COW(a) for a in args):
         return args
     return tuple(_snapshot(a) if isinstance(a, torch.Tensor) and _IS_COW(a) else a for a in args)
