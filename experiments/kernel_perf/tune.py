@@ -648,7 +648,13 @@ def part_widefwd(rows):
         base = config.forward_config(m, n, 0, False, x.dtype, n * x.element_size(), 2)
         if base.rows == 0 and base.block < n:  # the package's chunked pass, pass 2 hinted
             hinted = (dataclasses.replace(base, stream=True, evict_last=on) for on in (False, True))
-            for cfg in dict.fromkeys((*hinted, base)):
+            # and pass 2 pipelined (ForwardConfig.stages), with the hints and without
+            piped = (
+                dataclasses.replace(base, stream=on, stages=k)
+                for on in (True, False)
+                for k in (2, 3)
+            )
+            for cfg in dict.fromkeys((*hinted, *piped, base)):
                 record(f"package {cfg}", _fwd_with(x, w, None, x.dtype, cfg))
         for block, warps in ((8192, 16), (16384, 32), (16384, 16)):
             for hints in (False, True):

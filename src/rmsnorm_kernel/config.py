@@ -342,6 +342,12 @@ class ForwardConfig:
     and newer; an explicit option, the heuristic never takes it, see PDL); no value changes.
     ``stream``: rows walked in chunks (``rows == 0``, ``block < N``) read their second pass with
     the ``evict_first`` policy and store y streaming (``.cs``); hints only, no value changes.
+    ``stages``: software pipelining of that second pass (``tl.range`` ``num_stages``; 1: none),
+    the next chunks' loads in flight while one is scaled; no value changes. The heuristic takes
+    neither ``stream`` nor ``stages`` until measured in the package: the variant of
+    ``experiments/kernel_perf/wide_forward.py`` with the same hints and a pipelined pass 2 (the
+    launch's default 3 stages there) took 116.7 us against the package's 131.1 at 512 x 131072
+    bf16 on an H100 (``tune.py --parts widefwd``, 2026-12-05), hints alone 132.8.
     """
 
     block: int
@@ -353,6 +359,7 @@ class ForwardConfig:
     evict_last: bool = False
     pdl: bool = False
     stream: bool = False
+    stages: int = 1
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
@@ -375,6 +382,13 @@ class ForwardConfig:
             raise ContractValueError(
                 "ForwardConfig.stream hints the second pass of rows walked in chunks: rows == 0 "
                 f"and block < N = {n} (got rows={self.rows}, block={self.block})"
+            )
+        if self.stages < 1:
+            raise ContractValueError(f"ForwardConfig.stages must be >= 1 (got {self.stages})")
+        if self.stages > 1 and (self.rows or self.block >= n):
+            raise ContractValueError(
+                "ForwardConfig.stages pipelines the second pass of rows walked in chunks: "
+                f"rows == 0 and block < N = {n} (got rows={self.rows}, block={self.block})"
             )
         if self.unmasked and (self.rows or self.block != n):
             raise ContractValueError(
@@ -578,6 +592,36 @@ def _check_warps(name: str, warps: int) -> None:
 @functools.cache
 def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+#: Shared memory one program may take where the device does not say (Hopper's opt-in limit per
+#: thread block, 227 KiB; also the interpreter's, so the CPU refuses what an H200 would).
+HOPPER_SHARED_BYTES = 227 * 1024
+
+
+@functools.cache
+def shared_bytes(device_index: int | None) -> int:
+    """The most shared memory one program of this device may take (bytes)."""
+    if device_index is None:
+        return HOPPER_SHARED_BYTES
+    props = torch.cuda.get_device_properties(device_index)
+    return int(getattr(props, "shared_memory_per_block_optin", HOPPER_SHARED_BYTES))
+
+
+def check_forward_stages(config: ForwardConfig, x_size: int, w_size: int, index) -> None:
+    """A pipelined second pass (``ForwardConfig.stages``) keeps ``stages - 1`` chunks of x (or
+    h) and of the weight in shared memory (Triton's pipeliner, seen in the cubins of 3.9:
+    65536 bytes for bf16 chunks of 16384 at 2 stages); refuse, naming the field, what the device
+    cannot hold, before Triton's launch would (``OutOfResources``). ``x_size`` / ``w_size``:
+    the element sizes (0: no weight)."""
+    need = (config.stages - 1) * config.block * (x_size + w_size)
+    limit = shared_bytes(index)
+    if need > limit:
+        raise ContractValueError(
+            f"ForwardConfig.stages keeps stages - 1 chunks of x and the weight in shared memory, "
+            f"which must fit this device's {limit} bytes (got stages={config.stages}, "
+            f"block={config.block}: {need} bytes); lower stages or block"
+        )
 
 
 @functools.cache

@@ -121,6 +121,7 @@ def rmsnorm_forward_kernel(
     STORE_RSTD: tl.constexpr,  # False: nothing will differentiate (inference), RSTD is unused
     PDL: tl.constexpr = False,  # emit _pdl_prologue's wait and early start (config.PDL)
     STREAM: tl.constexpr = False,  # chunked rows: pass 2 loads evict_first, stores y streaming
+    STAGES: tl.constexpr = 1,  # chunked rows: software pipelining of pass 2 (1: none)
 ):
     """One row per program; rows wider than BLOCK are walked in chunks (the second pass re-reads
     the row, mostly from L2). ``STREAM`` (ForwardConfig.stream) marks what pass 2 reads and
@@ -186,8 +187,8 @@ def rmsnorm_forward_kernel(
                 x = h.to(ACC)
             sum_sq += x * x
         rstd = 1.0 / tl.sqrt(tl.sum(sum_sq, axis=0) / N + eps)
-        # Pass 2: scale and store.
-        for start in range(0, N, BLOCK):
+        # Pass 2: scale and store (pipelined over STAGES chunks: ForwardConfig.stages).
+        for start in tl.range(0, N, BLOCK, num_stages=STAGES):
             c = start + cols
             mask = c < N
             if HAS_RESIDUAL:

@@ -40,10 +40,14 @@ except ImportError:  # pragma: no cover - outside the supported range
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 #: The tensors' addresses, read without materialising a lazily cloned (copy-on-write) tensor:
-#: the kernels write only tensors this package allocated, never the caller's (torch >= 2.1 has
-#: ``const_data_ptr``; ``data_ptr`` is the mutable access, which copies a COW tensor's storage).
+#: the kernels write only tensors this package allocated, never the caller's. ``data_ptr`` is the
+#: mutable access, which copies a COW tensor's storage; ``const_data_ptr`` is the read-only one,
+#: new in torch 2.12 (2.11 has none: seen on the H100 image, ``experiments/kernel_perf/
+#: cow_probe.py``), so there the launchers first swap COW inputs for copies (:func:`readable`).
 _DATA_PTR = getattr(torch.Tensor, "const_data_ptr", torch.Tensor.data_ptr)
 _IS_COW = getattr(torch._C, "_is_cow_tensor", None)
+#: Whether :func:`readable` has anything to do: a torch with COW tensors but no read-only address.
+COPY_COW_INPUTS = _IS_COW is not None and not hasattr(torch.Tensor, "const_data_ptr")
 _DTYPE = operator.attrgetter("dtype")
 
 #: Handles kept per kernel before the table is emptied and refilled (a safety bound: keys hold
@@ -116,6 +120,16 @@ def without_cow(args: tuple) -> tuple:
     if _IS_COW is None or not any(isinstance(a, torch.Tensor) and _IS_COW(a) for a in args):
         return args
     return tuple(_snapshot(a) if isinstance(a, torch.Tensor) and _IS_COW(a) else a for a in args)
+
+
+def readable(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t``, or where reading its address would copy its storage (:data:`COPY_COW_INPUTS`, a
+    lazily cloned ``t``) a :func:`_snapshot` of it: the same values in the same layout, and
+    the caller's tensor stays lazy. The launchers (``ops.launch_forward`` / ``launch_backward``)
+    call it on each input before anything reads an address, when ``COPY_COW_INPUTS``."""
+    if t is None or not COPY_COW_INPUTS or not _IS_COW(t):
+        return t
+    return _snapshot(t)
 
 
 @torch.compiler.disable
@@ -247,6 +261,11 @@ class CachedKernel:
         )
         return key, ptrs, ints, layout
 
+    # Never traced by Dynamo (as _interpret): where it falls back to running a frame eagerly
+    # (``torch.func.grad`` of a ``torch.compile``d call) it traces the frames called from it, and
+    # a guard on ``self.handles[key]`` cannot be built (the key holds Triton dtypes, whose names
+    # a guard cannot resolve: ``NameError: name 'triton' is not defined``). Costs ~0.3 us a call.
+    @torch.compiler.disable
     def launch(
         self,
         grid: tuple[int, ...],

@@ -29,6 +29,7 @@ from .config import (
     BackwardConfig,
     ForwardConfig,
     backward_config,
+    check_forward_stages,
     check_pdl,
     forward_config,
     hopper,
@@ -36,7 +37,7 @@ from .config import (
     tma_from,
 )
 from .contract import ContractValueError, check_contract
-from .launch import _DATA_PTR, CachedKernel, without_cow
+from .launch import _DATA_PTR, COPY_COW_INPUTS, CachedKernel, readable, without_cow
 
 #: Inputs copied because their layout could not be read in place (see ``as_rows`` and
 #: ``weight_of``).
@@ -216,6 +217,8 @@ def launch_forward(
     weight (see :func:`output_dtype`). ``config``: the launch geometry (default: the heuristic's,
     :func:`config.forward_config`); an explicit one is checked first.
     """
+    if COPY_COW_INPUTS:  # torch 2.11: no read-only address (see launch.readable)
+        x2, weight, residual2 = readable(x2), readable(weight), readable(residual2)
     n = x2.shape[-1]
     m = x2.numel() // n
     sx = x2.stride()[0] if stride_x is None else stride_x
@@ -236,6 +239,9 @@ def launch_forward(
     else:
         config.check(n)
         check_pdl("ForwardConfig.pdl", config.pdl, index)
+        if config.stages > 1:
+            w_size = 0 if weight is None else weight.element_size()
+            check_forward_stages(config, x2.element_size(), w_size, index)
         if config.packed and not half:
             raise ContractValueError(
                 "ForwardConfig.packed keeps 16-bit rows (float16, bfloat16) packed "
@@ -288,6 +294,7 @@ def launch_forward(
                 store,
                 pdl,
                 config.stream,
+                config.stages,
             ),
             config.num_warps,
             1,
@@ -326,6 +333,10 @@ def launch_backward(
     add stores; the Inductor pass folds such sums in). ``dx2_out``: a fresh contiguous tensor of
     dx's shape in another dtype, which the kernels fill with dx's values rounded to it (the
     Inductor pass's dx cast)."""
+    if COPY_COW_INPUTS:  # torch 2.11: no read-only address (see launch.readable)
+        dy2, x2, weight, dh2 = readable(dy2), readable(x2), readable(weight), readable(dh2)
+        rstd = readable(rstd)
+        dy_parts = tuple((readable(p), s) for p, s in dy_parts)
     n = x2.shape[-1]
     m = rstd.numel()
     dx = _empty_out(dy2, dx_dtype)

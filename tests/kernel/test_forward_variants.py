@@ -148,22 +148,26 @@ def test_evict_last_is_a_hint_that_changes_no_bit(device, n, cfg, with_residual)
 @pytest.mark.parametrize("with_residual", [False, True])
 @pytest.mark.parametrize("llama", [False, True])
 def test_stream_is_a_hint_that_changes_no_bit(device, dtype, with_residual, llama):
-    """``ForwardConfig.stream`` only marks the chunked pass's second reads and its stores: the
-    bits without it (evict_last on the first pass or not, a residual's h re-read in pass 2,
-    Llama's rounding, an offset, a strided weight), and the oracle's values. On the GPU also at
-    a width the heuristic walks in chunks."""
+    """``ForwardConfig.stream`` only marks the chunked pass's second reads and its stores, and
+    ``stages`` only pipelines that pass: the bits without them (evict_last on the first pass or
+    not, a residual's h re-read in pass 2, Llama's rounding, an offset, a strided weight), and
+    the oracle's values. On the GPU also at a width the heuristic walks in chunks."""
     wide = device == "cuda"
     m, n, block = (3, 131072 + 77, 16384) if wide else (5, 300, 128)
+    if wide and dtype == torch.float64:
+        block = 8192  # a pipelined chunk of x and of w, 64 KiB each, in shared memory
     x = torch.randn(m, n, device=device).to(dtype)
     w = (1 + 0.5 * torch.randn(2 * n, device=device)).to(dtype)[::2]
     res = torch.randn(m, n, device=device).to(dtype) if with_residual else None
     for cfg in (ForwardConfig(block, 0, 4), ForwardConfig(block, 0, 4, evict_last=True)):
-        hinted = dataclasses.replace(cfg, stream=True)
-        y, h, rstd = _launch(x, w, hinted, residual=res, llama=llama, offset=0.5)
         y0, h0, rstd0 = _launch(x, w, cfg, residual=res, llama=llama, offset=0.5)
-        assert torch.equal(y, y0) and torch.equal(rstd, rstd0)
-        if with_residual:
-            assert torch.equal(h, h0)
+        # (2 stages: one chunk of x and one of w in flight, at most 128 KiB of shared memory)
+        for change in (dict(stream=True), dict(stages=2), dict(stream=True, stages=2)):
+            hinted = dataclasses.replace(cfg, **change)
+            y, h, rstd = _launch(x, w, hinted, residual=res, llama=llama, offset=0.5)
+            assert torch.equal(y, y0) and torch.equal(rstd, rstd0), hinted
+            if with_residual:
+                assert torch.equal(h, h0), hinted
     if not (with_residual or llama):
         assert_close(y, oracle_y(x, w, offset=0.5), dtype, f"y with {hinted}")
 
@@ -173,6 +177,18 @@ def test_stream_config_is_checked_before_any_output(device):
     for cfg in (ForwardConfig(512, 0, 4, stream=True), ForwardConfig(512, 2, 4, stream=True)):
         with pytest.raises(ContractValueError, match="ForwardConfig.stream hints the second pass"):
             _launch(x, None, cfg)
+    for cfg in (ForwardConfig(512, 0, 4, stages=2), ForwardConfig(512, 2, 4, stages=3)):
+        with pytest.raises(ContractValueError, match="ForwardConfig.stages pipelines the second"):
+            _launch(x, None, cfg)
+    with pytest.raises(ContractValueError, match=r"ForwardConfig.stages must be >= 1 \(got 0\)"):
+        _launch(x, None, ForwardConfig(128, 0, 4, stages=0))
+    # 2 chunks of 16384 float32 values of x and of w in flight: 256 KiB, over any GPU's 227 KiB
+    wide = torch.randn(2, 20000, device=device)
+    w = torch.randn(20000, device=device)
+    with pytest.raises(ContractValueError, match="ForwardConfig.stages keeps stages - 1 chunks"):
+        _launch(wide, w, ForwardConfig(16384, 0, 4, stages=3))
+    y, _, _ = _launch(wide, None, ForwardConfig(16384, 0, 4, stages=3))  # x alone: 128 KiB
+    assert torch.equal(y, _launch(wide, None, ForwardConfig(16384, 0, 4))[0])
 
 
 def test_zero_offset_keeps_the_sign_of_a_zero_weight(device):

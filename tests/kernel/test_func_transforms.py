@@ -223,8 +223,20 @@ def test_a_compiled_transform_matches_f_rms_norms(name):
     registered op's autograd has no functorch rule (grad failed, jvp's tangent came out zero):
     the norm is traced as its formula in PyTorch ops, and gives what F.rms_norm gives."""
     x, w, t = _inputs(torch.float32)
-    torch._dynamo.reset()
-    got = torch.compile(lambda a, b, c: TRANSFORMS[name](ours, a, b, c), fullgraph=True)(x, w, t)
+
+    def compiled(f):
+        torch._dynamo.reset()
+        return torch.compile(lambda a, b, c: TRANSFORMS[name](f, a, b, c), fullgraph=True)
+
+    try:
+        compiled(torch_ref)(x, w, t)
+    except Exception as e:  # noqa: BLE001 - which error is the point
+        # This torch cannot compile the transform itself, whatever the norm (torch 2.11's jacfwd
+        # turns its basis offsets into data-dependent ints): ours fails the same way.
+        with pytest.raises(type(e)):
+            compiled(ours)(x, w, t)
+        return
+    got = compiled(ours)(x, w, t)
     want = TRANSFORMS[name](torch_ref, x.double(), w.double(), t.double())
     for g, r in _pairs(got, want):
         _close(g, r, torch.float32)

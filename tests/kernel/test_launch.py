@@ -251,3 +251,41 @@ def test_a_copy_on_write_snapshot_keeps_the_exact_layout():
         assert torch.equal(snap, view) and got[1:] == (5, plain) and got[2] is plain
     untouched = (torch.randn(2), 3)
     assert without_cow(untouched) is untouched
+
+
+def test_readable_copies_a_copy_on_write_input_only_where_torch_has_no_read_only_address(
+    monkeypatch,
+):
+    """torch 2.11 has no ``const_data_ptr``: every address read materialises a lazily cloned
+    tensor, so there (``COPY_COW_INPUTS``) ``readable`` swaps it for a snapshot (same layout and
+    values, the caller's tensor still lazy); elsewhere, and for other tensors, it returns its
+    argument itself. The launchers then give the same bits with the swap as without it."""
+    import rmsnorm_kernel as rk
+    from rmsnorm_kernel import launch, ops
+
+    base = torch.randn(6, 40)
+    view = base[1:5, 4:36]
+    lazy = torch._lazy_clone(view)
+    monkeypatch.setattr(launch, "COPY_COW_INPUTS", False)
+    assert launch.readable(lazy) is lazy and launch.readable(None) is None
+    monkeypatch.setattr(launch, "COPY_COW_INPUTS", True)
+    monkeypatch.setattr(ops, "COPY_COW_INPUTS", True)
+    snap = launch.readable(lazy)
+    assert torch._C._is_cow_tensor(lazy) and not torch._C._is_cow_tensor(snap)
+    assert (snap.shape, snap.stride(), snap.storage_offset()) == (
+        view.shape,
+        view.stride(),
+        view.storage_offset(),
+    )
+    plain = torch.randn(3)  # (not view: a lazy clone makes its source copy-on-write too)
+    assert torch.equal(snap, view) and launch.readable(plain) is plain
+    w = torch.randn(32)
+    lazy_w = torch._lazy_clone(w)
+    y, _, rstd = ops.launch_forward(lazy, lazy_w, None, 1e-6, 0.0, view.dtype)
+    dy = torch.randn(4, 32)
+    lazy_dy = torch._lazy_clone(dy)
+    dx, dw = ops.launch_backward(lazy_dy, lazy, lazy_w, rstd, 0.0, None, view.dtype)
+    assert all(torch._C._is_cow_tensor(t) for t in (lazy, lazy_w, lazy_dy))
+    want_y = rk.rmsnorm(view, w, 1e-6)
+    want_dx, want_dw = ops.launch_backward(dy, view, w, rstd, 0.0, None, view.dtype)
+    assert torch.equal(y, want_y) and torch.equal(dx, want_dx) and torch.equal(dw, want_dw)
