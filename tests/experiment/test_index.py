@@ -51,6 +51,25 @@ def test_an_entry_is_never_replaced(tmp_path):
     assert index.read_index(tmp_path)["a.safetensors"]["sha256"] == "1"
 
 
+def test_a_listed_name_stays_taken_after_its_file_is_deleted(tmp_path):
+    """Deleting exported files (``rm checkpoints/*.safetensors``) but not index.json: the next
+    export takes a new name instead of failing on the entry it may not replace."""
+    with index.locked(tmp_path):
+        first = unique_path(tmp_path, "run")
+        first.write_bytes(b"x")
+        index.add_entry(tmp_path, first.name, {"sha256": "1"})
+    first.unlink()
+    with index.locked(tmp_path):
+        listed = index.read_index(tmp_path)
+        assert unique_path(tmp_path, "run") == first  # the disk alone would reuse it
+        again = unique_path(tmp_path, "run", listed)
+        again.write_bytes(b"y")
+        index.add_entry(tmp_path, again.name, {"sha256": "2"})
+    assert again.name == "run.v2.safetensors"
+    files = index.read_index(tmp_path)
+    assert files["run.safetensors"]["sha256"] == "1" and files[again.name]["sha256"] == "2"
+
+
 def test_a_failed_rename_leaves_no_tmp_and_the_old_index(tmp_path, monkeypatch):
     with index.locked(tmp_path):
         index.add_entry(tmp_path, "a.safetensors", {"sha256": "1"})

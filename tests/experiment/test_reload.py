@@ -64,8 +64,9 @@ def test_a_file_changed_after_export_fails_its_sha256(indexed_dir):
 def test_a_listed_file_that_is_gone_fails(indexed_dir):
     path = sorted(indexed_dir.glob("*reference*.safetensors"))[0]
     path.unlink()
-    with pytest.raises(CheckpointError, match=rf"checkpoint not found: .*{path.name}"):
+    with pytest.raises(CheckpointError, match=rf"checkpoint not found: .*{path.name}") as e:
         check_checkpoints(root=indexed_dir)
+    assert "index.json lists" in str(e.value) and "empty" in str(e.value)
 
 
 def test_truncated_checkpoint_fails_naming_the_file(ckpt_dir):

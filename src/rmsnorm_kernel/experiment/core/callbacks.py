@@ -176,7 +176,8 @@ class SafetensorsCheckpoint(L.Callback):
             ) from e
         digest = sha256_of(tmp)
         with index.locked(self.directory):
-            path = unique_path(self.directory, self.stem)
+            # (a name index.json lists stays taken after its file is deleted: a new name then)
+            path = unique_path(self.directory, self.stem, index.read_index(self.directory))
             publish(tmp, path)
             index.add_entry(
                 self.directory,

@@ -36,7 +36,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -515,15 +515,17 @@ def verify_checkpoint(
     }
 
 
-def unique_path(directory: Path, stem: str) -> Path:
-    """``directory/stem.safetensors``, or ``stem.v2``, ``stem.v3``, ... when taken.
+def unique_path(directory: Path, stem: str, listed: Collection[str] = ()) -> Path:
+    """``directory/stem.safetensors``, or ``stem.v2``, ``stem.v3``, ... when taken: a file of
+    that name exists, or ``listed`` (the names ``index.json`` lists) holds it. A listed name
+    whose file was deleted stays taken, so an index entry is never replaced.
 
     Call it under the index lock (``index.locked``) and rename into the name before releasing:
     two jobs then never pick the same name.
     """
     path = directory / f"{stem}.safetensors"
     version = 1
-    while path.exists():
+    while path.exists() or path.name in listed:
         version += 1
         path = directory / f"{stem}.v{version}.safetensors"
     return path

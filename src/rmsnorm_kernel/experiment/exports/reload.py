@@ -58,6 +58,12 @@ def check_checkpoints(
     results = []
     for path in map(Path, paths):
         entry = entries.get(path.name) if path.parent.resolve() == root.resolve() else None
+        if entry is not None and not path.exists():
+            raise CheckpointError(
+                f"checkpoint not found: {path}, which {root}/index.json lists (written by the "
+                f"run in {entry['run_dir']}): deleted by hand? To start over, empty {root}/, "
+                "index.json included"
+            )
         result = verify_checkpoint(path, device=device, sha256=entry["sha256"] if entry else None)
         result.update(indexed=entry is not None, run_dir=entry["run_dir"] if entry else None)
         results.append(result)
