@@ -25,6 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from rmsnorm_kernel.cli.validate import override_culprit
 from rmsnorm_kernel.experiment.core.callbacks import ExportFailed
 from rmsnorm_kernel.experiment.core.run import train
 from rmsnorm_kernel.experiment.core.settings import SettingsError, check_train_config
@@ -239,7 +240,7 @@ def precheck(
             try:
                 cfg = compose(config_name, overrides=concrete)
             except HydraException as e:
-                culprit = next((o for o in concrete if o.split("=")[0] in str(e)), concrete)
+                culprit = override_culprit(concrete, str(e)) or concrete
                 raise SettingsError(_one_line(str(culprit), e)) from e
         check_train_config(cfg, paths=False, here=local, **where)
         cfgs.append(cfg)

@@ -101,3 +101,23 @@ def test_bad_overrides_exit_2_with_one_line(override, message, capsys):
     text = (out.out + out.err).strip()
     assert message in text and "Traceback" not in text
     assert len(text.splitlines()) == 1, text
+
+
+def test_an_unknown_key_is_blamed_on_its_own_override(capsys):
+    """Two overrides, the second's key unknown: the first's key (``campaign``) is a prefix of
+    the second's, and was blamed."""
+    assert main(["check-forward", "campaign=default", "campaign.sed=1"]) == 2
+    out = capsys.readouterr()
+    text = (out.out + out.err).strip()
+    assert text.startswith("error: override 'campaign.sed=1': no key 'campaign.sed'"), text
+
+
+def test_override_culprit_reads_the_key_hydra_names():
+    from rmsnorm_kernel.cli.validate import override_culprit
+
+    overrides = ["norm=triton", "+norm.eps=1", "seed=3"]
+    text = "Could not override 'norm.eps'. To append to your config use +norm.eps=1"
+    assert override_culprit(overrides, text) == "+norm.eps=1"
+    assert override_culprit(overrides, "Key 'x' is not in struct full_key: seed") == "seed=3"
+    assert override_culprit(["a=1", "ab.c=2"], "something about ab.c") == "ab.c=2"  # longest
+    assert override_culprit(["a=1"], "nothing here") is None

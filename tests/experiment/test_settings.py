@@ -48,6 +48,21 @@ REFUSED = [
 ]
 
 
+def test_an_unknown_key_is_blamed_on_its_own_override_not_on_a_prefix_of_it(
+    tmp_path, monkeypatch, capsys
+):
+    """``norm=triton norm.eps=-1``: the message blamed ``norm=triton`` (its key ``norm`` is in
+    Hydra's text as part of ``norm.eps``)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main(["norm=triton", "norm.eps=-1"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: override 'norm.eps=-1': no key 'norm.eps' in the config (a new key needs "
+        "+norm.eps=-1)\n"
+    )
+
+
 @pytest.mark.parametrize("override,message", REFUSED, ids=[o for o, _ in REFUSED])
 def test_the_command_refuses_a_bad_setting_in_one_line_with_exit_2(
     override, message, tmp_path, monkeypatch, capsys

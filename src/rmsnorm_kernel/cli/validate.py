@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -91,12 +92,32 @@ def check_command_config(cfg) -> None:
         seed(campaign["seed"], "campaign.seed")
 
 
+#: Where Hydra's composition errors name the key they refuse (``Could not override 'norm.eps'``,
+#: OmegaConf's ``full_key: norm.eps``).
+_REFUSED_KEY = re.compile(r"Could not override '([^']+)'|full_key: (\S+)")
+
+
+def override_culprit(overrides, text: str) -> str | None:
+    """The override a Hydra composition error ``text`` is about: the one whose key it names
+    (``norm.eps=-1``, not ``norm=triton``, whose key ``norm`` is only a prefix); else the one
+    with the longest key found in ``text``; None when none is."""
+    keys = {o: o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    named = _REFUSED_KEY.search(text)
+    if named:
+        key = named.group(1) or named.group(2)
+        exact = [o for o, k in keys.items() if k == key]
+        if exact:
+            return exact[0]
+    found = [o for o, k in keys.items() if k and k in text]
+    return max(found, key=lambda o: len(keys[o])) if found else None
+
+
 def compose_error(overrides, error: Exception) -> ConfigError:
     """A Hydra composition error (unknown key, malformed override such as a bare ``garbage``) as
     one line naming the override: ``compose`` raises it, the command exits 2."""
     text = " ".join(str(error).split())
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    culprit = next((o for o in overrides if o.split("=")[0] and o.split("=")[0] in text), None)
+    culprit = override_culprit(overrides, text)
     if "Could not override" in text or "not in struct" in text:
         key = (culprit or "?").split("=", 1)[0]
         return ConfigError(
