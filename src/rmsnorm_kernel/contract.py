@@ -109,20 +109,26 @@ def check_real(name: str, value: object, *, positive: bool = False) -> float:
 
 def check_normalized_shape(value: object) -> tuple[int, ...]:
     """``normalized_shape`` as ``torch.nn.functional.rms_norm`` takes it: an int, or a list /
-    tuple / ``torch.Size`` of ints (``torch.SymInt`` under tracing; not bools). Returns the
-    tuple; anything else is a :class:`ContractTypeError` naming the argument."""
+    tuple / ``torch.Size`` of ints (``torch.SymInt`` under tracing; not bools), each >= 0.
+    Returns the tuple; anything else is a :class:`ContractTypeError` (a negative size a
+    :class:`ContractValueError`; torch's own ``RMSNorm(-3)`` fails creating its weight) naming
+    the argument."""
 
     def is_int(d: object) -> bool:
         return isinstance(d, (numbers.Integral, torch.SymInt)) and not isinstance(d, bool)
 
     if is_int(value):
-        return (int(value),)
-    if isinstance(value, (list, tuple)) and all(is_int(d) for d in value):
-        return tuple(int(d) for d in value)
-    raise ContractTypeError(
-        "normalized_shape must be an int or a list / tuple / torch.Size of ints (got "
-        f"{shown(value)})"
-    )
+        shape = (int(value),)
+    elif isinstance(value, (list, tuple)) and all(is_int(d) for d in value):
+        shape = tuple(int(d) for d in value)
+    else:
+        raise ContractTypeError(
+            "normalized_shape must be an int or a list / tuple / torch.Size of ints (got "
+            f"{shown(value)})"
+        )
+    if any(d < 0 for d in shape):
+        raise ContractValueError(f"normalized_shape must hold sizes >= 0 (got {shape})")
+    return shape
 
 
 def _check_dtype(name: str, t: torch.Tensor) -> None:

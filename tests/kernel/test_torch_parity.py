@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from kernel_helpers import TOLERANCES, oracle_y
 
 import rmsnorm_kernel as rk
+from rmsnorm_kernel.contract import ContractValueError
 
 #: OpInfo ``nn.functional.rms_norm`` samples: (input shape, normalized_shape, weight?, eps).
 OPINFO_SAMPLES = [
@@ -208,6 +209,20 @@ def test_normalized_shape_of_other_types_is_refused_as_by_torch(normalized, devi
         rk.rms_norm(x, normalized)
     with pytest.raises(TypeError, match="normalized_shape must be an int"):
         rk.RMSNorm(normalized, device=device)
+    assert rk.CALLS["forward"] == 0
+
+
+@pytest.mark.parametrize("normalized", [-3, (2, -1)], ids=repr)
+def test_a_negative_normalized_shape_is_refused_by_name(normalized, device):
+    """torch's ``RMSNorm(-3)`` fails creating its weight ("negative dimension"), its functional
+    on the shape; ours names the argument and the rule (still a RuntimeError, as torch's)."""
+    with pytest.raises(RuntimeError):
+        torch.nn.RMSNorm(normalized, device=device)
+    x = torch.randn(3, 2, 4, device=device)
+    for call in (lambda: rk.RMSNorm(normalized, device=device), lambda: rk.rms_norm(x, normalized)):
+        with pytest.raises(ContractValueError, match=r"normalized_shape must hold sizes >= 0") as e:
+            call()
+        assert isinstance(e.value, RuntimeError)
     assert rk.CALLS["forward"] == 0
 
 
