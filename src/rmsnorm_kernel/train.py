@@ -25,10 +25,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from rmsnorm_kernel.cli.validate import override_culprit
 from rmsnorm_kernel.experiment.core.callbacks import ExportFailed
 from rmsnorm_kernel.experiment.core.run import train
-from rmsnorm_kernel.experiment.core.settings import SettingsError, check_train_config
+from rmsnorm_kernel.experiment.core.settings import (
+    SettingsError,
+    check_train_config,
+    override_culprit,
+)
 from rmsnorm_kernel.paths import CONFIG_DIR
 
 #: Exit status of a refused config (as the command set's).

@@ -113,7 +113,7 @@ def test_an_unknown_key_is_blamed_on_its_own_override(capsys):
 
 
 def test_override_culprit_reads_the_key_hydra_names():
-    from rmsnorm_kernel.cli.validate import override_culprit
+    from rmsnorm_kernel.experiment.core.settings import override_culprit
 
     overrides = ["norm=triton", "+norm.eps=1", "seed=3"]
     text = "Could not override 'norm.eps'. To append to your config use +norm.eps=1"

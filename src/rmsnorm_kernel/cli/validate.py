@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 from pathlib import Path
+
+from rmsnorm_kernel.experiment.core.settings import override_culprit
 
 
 class ConfigError(ValueError):
@@ -90,26 +91,6 @@ def check_command_config(cfg) -> None:
     campaign = cfg.get("campaign") if hasattr(cfg, "get") else None
     if campaign is not None and "seed" in campaign:
         seed(campaign["seed"], "campaign.seed")
-
-
-#: Where Hydra's composition errors name the key they refuse (``Could not override 'norm.eps'``,
-#: OmegaConf's ``full_key: norm.eps``).
-_REFUSED_KEY = re.compile(r"Could not override '([^']+)'|full_key: (\S+)")
-
-
-def override_culprit(overrides, text: str) -> str | None:
-    """The override a Hydra composition error ``text`` is about: the one whose key it names
-    (``norm.eps=-1``, not ``norm=triton``, whose key ``norm`` is only a prefix); else the one
-    with the longest key found in ``text``; None when none is."""
-    keys = {o: o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    named = _REFUSED_KEY.search(text)
-    if named:
-        key = named.group(1) or named.group(2)
-        exact = [o for o, k in keys.items() if k == key]
-        if exact:
-            return exact[0]
-    found = [o for o, k in keys.items() if k and k in text]
-    return max(found, key=lambda o: len(keys[o])) if found else None
 
 
 def compose_error(overrides, error: Exception) -> ConfigError:

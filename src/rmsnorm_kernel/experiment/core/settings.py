@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,6 +30,26 @@ NAMES = ("baseline", "metric", "curve")
 
 class SettingsError(ValueError):
     """A setting breaks its rule; the message (one line) names the key, the rule and the value."""
+
+
+#: Where Hydra's composition errors name the key they refuse (``Could not override 'norm.eps'``,
+#: OmegaConf's ``full_key: norm.eps``).
+_REFUSED_KEY = re.compile(r"Could not override '([^']+)'|full_key: (\S+)")
+
+
+def override_culprit(overrides, text: str) -> str | None:
+    """The override a Hydra composition error ``text`` is about: the one whose key it names
+    (``norm.eps=-1``, not ``norm=triton``, whose key ``norm`` is only a prefix); else the one
+    with the longest key found in ``text``; None when none is."""
+    keys = {o: o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    named = _REFUSED_KEY.search(text)
+    if named:
+        key = named.group(1) or named.group(2)
+        exact = [o for o, k in keys.items() if k == key]
+        if exact:
+            return exact[0]
+    found = [o for o, k in keys.items() if k and k in text]
+    return max(found, key=lambda o: len(keys[o])) if found else None
 
 
 def _get(cfg: Any, key: str) -> tuple[bool, Any]:
