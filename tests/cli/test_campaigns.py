@@ -69,6 +69,15 @@ def test_default_grids_go_beyond_the_tutorial(cfg):
             "campaign.tolerances.float16.atol must be",
         ),
         ("exercise", "exercise.mutants=[9]", "exercise.mutants must be ids from"),
+        # (these three gave tracebacks, and control=maybe ran as true)
+        ("exercise", "exercise.mutants=[nope]", "exercise.mutants must be a list of mutant ids"),
+        ("exercise", "exercise.mutants=3", "exercise.mutants must be a list of mutant ids"),
+        ("exercise", "exercise.control=maybe", "exercise.control must be true or false"),
+        (
+            "exercise",
+            "exercise.block_demo.n_pass=abc",
+            "exercise.block_demo.n_pass must be an integer >= 1 (got 'abc')",
+        ),
         ("reference", "campaign.tolerances.float64.rtol=-1", "campaign.tolerances.float64.rtol"),
     ],
 )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
@@ -23,7 +24,7 @@ from rmsnorm_kernel.cli.campaigns.cases import build_cases
 from rmsnorm_kernel.cli.campaigns.evaluate import evaluate_case
 from rmsnorm_kernel.cli.common import Tolerances, environment, fmt, read_tolerances, write_json
 from rmsnorm_kernel.cli.exercise.mutants import MUTANTS, mutant_rmsnorm
-from rmsnorm_kernel.cli.validate import ConfigError
+from rmsnorm_kernel.cli.validate import ConfigError, count, number
 
 QUANTITIES = ("y", "dx", "dweight")
 CAMPAIGN_OF = {"y": "check-forward", "dx": "check-backward", "dweight": "check-weight"}
@@ -93,19 +94,43 @@ def hunt(
     return record
 
 
+def check_exercise_config(ecfg) -> list[int]:
+    """The exercise's own keys against their rules (:class:`ConfigError` naming the key) before
+    anything runs: ``mutants`` a list of known ids, ``control`` a bool, ``block_demo``'s widths
+    integers >= 1 and its figures finite numbers. Returns the mutant ids."""
+    ids = sorted(set(MUTANTS) - {0})
+    raw = ecfg["mutants"]
+    listed = OmegaConf.is_list(raw) or isinstance(raw, list | tuple)
+    items = list(raw) if listed else []
+    if not listed or any(isinstance(m, bool) or not isinstance(m, int) for m in items):
+        shown = OmegaConf.to_container(raw) if OmegaConf.is_config(raw) else raw
+        raise ConfigError(
+            f"exercise.mutants must be a list of mutant ids from {ids} (got {shown!r})"
+        )
+    unknown = [m for m in items if m not in MUTANTS or m == 0]
+    if unknown:
+        raise ConfigError(
+            f"exercise.mutants must be ids from {ids} (got {unknown}; "
+            "the control, 0, runs through exercise.control)"
+        )
+    control = ecfg.get("control", True)
+    if not isinstance(control, bool):
+        raise ConfigError(f"exercise.control must be true or false (got {control!r})")
+    demo = ecfg["block_demo"]
+    for key in ("n_pass", "n_fail"):
+        count(demo[key], f"exercise.block_demo.{key}")
+    for key in ("correct", "mutant", "atol"):
+        number(demo[key], f"exercise.block_demo.{key}")
+    return [int(m) for m in items]
+
+
 def run_exercise(cfg, console: Console | None = None) -> int:
     from rmsnorm_kernel.backend import kernel_device
 
     console = console or Console()
     ecfg, ccfg = cfg.exercise, cfg.campaign
     tolerances = read_tolerances(ccfg["tolerances"])
-    mutants = [int(m) for m in ecfg["mutants"]]
-    unknown = [m for m in mutants if m not in MUTANTS or m == 0]
-    if unknown:
-        raise ConfigError(
-            f"exercise.mutants must be ids from {sorted(set(MUTANTS) - {0})} (got {unknown}; "
-            "the control, 0, runs through exercise.control)"
-        )
+    mutants = check_exercise_config(ecfg)
     device = kernel_device()
     cases = [c for c in build_cases(ccfg["catalogue"], ecfg["grids"]) if c.tutorial_contract]
     if not cases:
