@@ -100,9 +100,8 @@ def check_exercise_config(ecfg) -> list[int]:
     integers >= 1 and its figures finite numbers. Returns the mutant ids."""
     ids = sorted(set(MUTANTS) - {0})
     raw = ecfg["mutants"]
-    listed = OmegaConf.is_list(raw) or isinstance(raw, list | tuple)
-    items = list(raw) if listed else []
-    if not listed or any(isinstance(m, bool) or not isinstance(m, int) for m in items):
+    items = list(raw) if OmegaConf.is_list(raw) or isinstance(raw, list | tuple) else None
+    if items is None or any(isinstance(m, bool) or not isinstance(m, int) for m in items):
         shown = OmegaConf.to_container(raw) if OmegaConf.is_config(raw) else raw
         raise ConfigError(
             f"exercise.mutants must be a list of mutant ids from {ids} (got {shown!r})"
@@ -121,7 +120,7 @@ def check_exercise_config(ecfg) -> list[int]:
         count(demo[key], f"exercise.block_demo.{key}")
     for key in ("correct", "mutant", "atol"):
         number(demo[key], f"exercise.block_demo.{key}")
-    return [int(m) for m in items]
+    return items
 
 
 def run_exercise(cfg, console: Console | None = None) -> int:
