@@ -46,6 +46,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 #: cow_probe.py``), so there the launchers first swap COW inputs for copies (:func:`readable`).
 _DATA_PTR = getattr(torch.Tensor, "const_data_ptr", torch.Tensor.data_ptr)
 _IS_COW = getattr(torch._C, "_is_cow_tensor", None)
+_is_compiling = torch.compiler.is_compiling
 #: Whether :func:`readable` has anything to do: a torch with COW tensors but no read-only address.
 COPY_COW_INPUTS = _IS_COW is not None and not hasattr(torch.Tensor, "const_data_ptr")
 _DTYPE = operator.attrgetter("dtype")
@@ -261,11 +262,6 @@ class CachedKernel:
         )
         return key, ptrs, ints, layout
 
-    # Never traced by Dynamo (as _interpret): where it falls back to running a frame eagerly
-    # (``torch.func.grad`` of a ``torch.compile``d call) it traces the frames called from it, and
-    # a guard on ``self.handles[key]`` cannot be built (the key holds Triton dtypes, whose names
-    # a guard cannot resolve: ``NameError: name 'triton' is not defined``). Costs ~0.3 us a call.
-    @torch.compiler.disable
     def launch(
         self,
         grid: tuple[int, ...],
@@ -277,6 +273,26 @@ class CachedKernel:
         device_index: int | None,
         num_ctas: int = 1,
         pdl: bool = False,
+    ) -> None:
+        """Launch ``fn`` on ``grid``: ``args`` (tensors, then ints, then descriptors), then the
+        runtime ``floats`` and the constexpr ``consts``, in the kernel's parameter order."""
+        # Never traced by Dynamo (as _interpret): where it falls back to running a frame eagerly
+        # (``torch.func.grad`` of a ``torch.compile``d call) it traces the frames called from it,
+        # and a guard on ``self.handles[key]`` cannot be built (the key holds Triton dtypes, whose
+        # names a guard cannot resolve: ``NameError: name 'triton' is not defined``). Dynamo reads
+        # ``is_compiling()`` as True and stops at the disabled call; eagerly this test costs
+        # ~0.1 us where ``torch.compiler.disable`` on ``launch`` itself cost ~0.35 (its wrapper
+        # swaps the frame evaluator twice per call).
+        if _is_compiling():
+            return _launch_untraced(
+                self, grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas, pdl
+            )
+        return self._launch(
+            grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas, pdl
+        )
+
+    def _launch(
+        self, grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas, pdl
     ) -> None:
         if BACKEND == "interpreter" or device_index is None:
             _interpret(self.fn, grid, args, floats, consts, num_warps, num_stages, num_ctas)
@@ -322,3 +338,7 @@ class CachedKernel:
         else:
             run(*params, *args, *floats, *consts)
         self.launches["cached"] += 1
+
+
+#: :meth:`CachedKernel._launch` as Dynamo must meet it: a frame it runs eagerly, never traces.
+_launch_untraced = torch.compiler.disable(CachedKernel._launch)

@@ -254,7 +254,7 @@ def test_a_copy_on_write_snapshot_keeps_the_exact_layout():
 
 
 def test_readable_copies_a_copy_on_write_input_only_where_torch_has_no_read_only_address(
-    monkeypatch,
+    monkeypatch, device
 ):
     """torch 2.11 has no ``const_data_ptr``: every address read materialises a lazily cloned
     tensor, so there (``COPY_COW_INPUTS``) ``readable`` swaps it for a snapshot (same layout and
@@ -263,7 +263,7 @@ def test_readable_copies_a_copy_on_write_input_only_where_torch_has_no_read_only
     import rmsnorm_kernel as rk
     from rmsnorm_kernel import launch, ops
 
-    base = torch.randn(6, 40)
+    base = torch.randn(6, 40, device=device)
     view = base[1:5, 4:36]
     lazy = torch._lazy_clone(view)
     monkeypatch.setattr(launch, "COPY_COW_INPUTS", False)
@@ -277,12 +277,12 @@ def test_readable_copies_a_copy_on_write_input_only_where_torch_has_no_read_only
         view.stride(),
         view.storage_offset(),
     )
-    plain = torch.randn(3)  # (not view: a lazy clone makes its source copy-on-write too)
+    plain = torch.randn(3, device=device)  # (not view: a lazy clone makes its source copy-on-write too)
     assert torch.equal(snap, view) and launch.readable(plain) is plain
-    w = torch.randn(32)
+    w = torch.randn(32, device=device)
     lazy_w = torch._lazy_clone(w)
     y, _, rstd = ops.launch_forward(lazy, lazy_w, None, 1e-6, 0.0, view.dtype)
-    dy = torch.randn(4, 32)
+    dy = torch.randn(4, 32, device=device)
     lazy_dy = torch._lazy_clone(dy)
     dx, dw = ops.launch_backward(lazy_dy, lazy, lazy_w, rstd, 0.0, None, view.dtype)
     assert all(torch._C._is_cow_tensor(t) for t in (lazy, lazy_w, lazy_dy))
