@@ -277,7 +277,8 @@ def test_readable_copies_a_copy_on_write_input_only_where_torch_has_no_read_only
         view.stride(),
         view.storage_offset(),
     )
-    plain = torch.randn(3, device=device)  # (not view: a lazy clone makes its source copy-on-write too)
+    # (not view: a lazy clone makes its source copy-on-write too)
+    plain = torch.randn(3, device=device)
     assert torch.equal(snap, view) and launch.readable(plain) is plain
     w = torch.randn(32, device=device)
     lazy_w = torch._lazy_clone(w)
