@@ -1,0 +1,188 @@
+"""A forward for rows wider than one SM's registers (N >= 65536 bf16) that reads x from HBM once:
+each row split over C programs of one *cooperative* launch. Not used by the package (issue 17:
+the package walks such a row twice, 0.69x quack at 512 x 131072 on the H200, 36th session).
+
+Why cooperative: the C programs of a row exchange their partial sums of squares through global
+memory and wait for each other. Programs that wait on others deadlock unless all are resident at
+once; ``launch_cooperative_grid=True`` (cuLaunchCooperativeKernel) refuses a grid that cannot be
+resident instead of hanging. The grid is persistent (G programs, G a multiple of C) and walks the
+M * C tasks in lockstep: task t = pid + k * G is (row t // C, chunk t % C), so the C chunks of a
+row are always in the same step k, and a program only ever waits on programs of its own step.
+
+Deterministic: each program sums the C partials of its row in chunk order (no float atomics; the
+only atomics are the int32 arrival counters). Not runnable through the interpreter for C > 1 (it
+runs programs one after another, so the first waits for ever); C = 1 is the one-row case.
+
+    PYTHONPATH=src python3 experiments/kernel_perf/coop_forward.py [--json OUT]
+
+On a GPU: checks y and rstd against float64 for every config, then times each config against the
+package (``rk.rmsnorm``) and F.rms_norm in the same process (do_bench, L2 flushed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+
+import torch
+import triton
+import triton.language as tl
+
+import rmsnorm_kernel as rk
+
+
+@triton.jit
+def coop_forward_kernel(
+    X,
+    W,
+    Y,
+    RSTD,
+    PART,  # (M, C) float32 partial sums of squares
+    COUNT,  # (M,) int32 arrivals, zero before the launch
+    M,
+    N,
+    stride_x,
+    stride_y,
+    stride_w,
+    eps,
+    C: tl.constexpr,
+    CHUNK: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    g = tl.num_programs(0)
+    chunk = pid % C  # constant over the walk: g is a multiple of C
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    w = tl.load(W + cols * stride_w, mask=mask, other=0.0).to(tl.float32)
+    # PREFETCH: the next step's chunk is loaded (kept in x's dtype) before this step waits for
+    # its partners, so the SM's loads go on through the wait.
+    x_next = tl.load(X + tl.cast(pid // C, tl.int64) * stride_x + cols, mask=mask, other=0.0)
+    for t in range(pid, M * C, g):
+        row = tl.cast(t // C, tl.int64)
+        if PREFETCH:
+            x_in = x_next
+        else:
+            x_in = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+        x = x_in.to(tl.float32)
+        tl.store(PART + row * C + chunk, tl.sum(x * x, axis=0))
+        if PREFETCH:
+            nxt = tl.cast(tl.minimum(t + g, M * C - 1) // C, tl.int64)
+            x_next = tl.load(X + nxt * stride_x + cols, mask=mask, other=0.0)
+        if C > 1:
+            # every thread's part of the store is done before the (one-thread) release
+            tl.debug_barrier()
+            tl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")
+            seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+            while seen < C:
+                seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+            tl.debug_barrier()
+        parts = tl.load(PART + row * C + tl.arange(0, C), cache_modifier=".cg")
+        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+        x = x_in.to(tl.float32)
+        tl.store(Y + row * stride_y + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        if chunk == 0:
+            tl.store(RSTD + row, rstd)
+
+
+def coop_forward(x, w, eps, c, num_warps, per_sm, prefetch=True):
+    """x: (M, N) with unit column stride; w: (N,). Returns y (x's dtype), rstd (M,) float32."""
+    m, n = x.shape
+    chunk = triton.next_power_of_2(triton.cdiv(n, c))
+    y = torch.empty_like(x)
+    rstd = torch.empty(m, device=x.device, dtype=torch.float32)
+    part = torch.empty(m, c, device=x.device, dtype=torch.float32)
+    count = torch.zeros(m, device=x.device, dtype=torch.int32)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    g = max(c, min(m * c, sms * per_sm) // c * c)
+    kwargs = {"launch_cooperative_grid": True} if x.is_cuda and c > 1 else {}
+    coop_forward_kernel[(g,)](
+        x, w, y, rstd, part, count, m, n, x.stride(0), y.stride(0), w.stride(0), eps,
+        C=c, CHUNK=chunk, PREFETCH=prefetch, num_warps=num_warps, **kwargs,
+    )  # fmt: skip
+    return y, rstd
+
+
+def us(fn, *args):
+    """Median µs of ``fn(*args)`` (triton.testing.do_bench: L2 flushed before each call)."""
+    from triton.testing import do_bench
+
+    return do_bench(functools.partial(fn, *args), return_mode="median") * 1e3
+
+
+def oracle(x, w, eps):
+    x64 = x.double()
+    r = torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    return (x64 * r * w.double()), r.squeeze(-1)
+
+
+SHAPES = [(512, 131072), (256, 262144), (1024, 65536)]
+#: fp32 values of x a thread keeps between the two halves, at most (more spills).
+MAX_PER_THREAD = 64
+# (C, warps, CTAs per SM): the chunk C divides the row into must fit registers (fp32 x kept
+# between the two halves: CHUNK / (32 * warps) values a thread).
+CONFIGS = [
+    (c, w, s, pf)
+    for c in (2, 4, 8, 16)
+    for w in (8, 16, 32)
+    for s in (1, 2, 4)
+    for pf in (False, True)
+    if w * s <= 64  # 2048 threads an SM
+]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", default=None)
+    p.add_argument("--shapes", default=None, help="e.g. 512x131072,256x262144")
+    args = p.parse_args()
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    eps = 1e-6
+    out = []
+    for m, n in shapes:
+        if dev == "cpu":
+            m, n = 3, 40  # the interpreter: C = 1 only (a smoke test of the arithmetic)
+        x = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(n, device=dev, dtype=torch.bfloat16)
+        want, want_r = oracle(x, w, eps)
+        base_err = (rk.rmsnorm(x, w, eps).double() - want).abs().max().item()
+        row = {"shape": f"{m}x{n}", "package_err": base_err, "configs": []}
+        if dev == "cuda":
+            row["package_us"] = us(rk.rmsnorm, x, w, eps)
+            row["torch_us"] = us(torch.nn.functional.rms_norm, x, (n,), w, eps)
+            print(f"{m}x{n} package {row['package_us']:.1f} us, F.rms_norm {row['torch_us']:.1f}")
+        for c, warps, per_sm, pf in (
+            CONFIGS if dev == "cuda" else [(1, 4, 1, False), (1, 4, 1, True)]
+        ):
+            cfg = {"C": c, "warps": warps, "per_sm": per_sm, "prefetch": pf}
+            if triton.next_power_of_2(triton.cdiv(n, c)) > MAX_PER_THREAD * 32 * warps:
+                continue  # x would not stay in registers between the two halves: spills
+            try:
+                y, r = coop_forward(x, w, eps, c, warps, per_sm, pf)
+                torch.cuda.synchronize() if dev == "cuda" else None
+            except Exception as e:  # noqa: BLE001 (a config the SM cannot hold: record it)
+                cfg["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                print(m, n, cfg)
+                row["configs"].append(cfg)
+                continue
+            cfg["err"] = (y.double() - want).abs().max().item()
+            cfg["rstd_err"] = (r.double() - want_r).abs().max().item()
+            cfg["ok"] = cfg["err"] <= max(2 * base_err, 1e-2) and cfg["rstd_err"] < 1e-3
+            if dev == "cuda" and cfg["ok"]:
+                y2, _ = coop_forward(x, w, eps, c, warps, per_sm, pf)
+                cfg["repeat_equal"] = bool(torch.equal(y, y2))
+                cfg["us"] = us(coop_forward, x, w, eps, c, warps, per_sm, pf)
+            print(m, n, cfg, flush=True)
+            row["configs"].append(cfg)
+        out.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
