@@ -86,8 +86,60 @@ def coop_forward_kernel(
             tl.store(RSTD + row, rstd)
 
 
-def coop_forward(x, w, eps, c, num_warps, per_sm, prefetch=True):
-    """x: (M, N) with unit column stride; w: (N,). Returns y (x's dtype), rstd (M,) float32."""
+@triton.jit
+def _partial(X, PART, COUNT, row, cols, mask, stride_x, C: tl.constexpr, chunk, t, tasks):
+    """Load one chunk of ``row`` (task ``t``), publish its sum of squares and arrive; a task
+    ``t >= tasks`` (a step past the end) publishes nothing. Returns the chunk in x's dtype."""
+    live = tl.full([], t, tl.int32) < tasks  # a tensor also where t is an int (interpreter)
+    x = tl.load(X + row * stride_x + cols, mask=mask & (cols * 0 + t < tasks), other=0.0)
+    xf = x.to(tl.float32)
+    tl.store(PART + row * C + chunk, tl.sum(xf * xf, axis=0), mask=live)
+    tl.debug_barrier()
+    tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
+    return x
+
+
+@triton.jit
+def coop_pipe_kernel(
+    X, W, Y, RSTD, PART, COUNT, M, N, stride_x, stride_y, stride_w, eps,
+    C: tl.constexpr,
+    CHUNK: tl.constexpr,
+):  # fmt: skip
+    """The pipelined schedule (mode 2): step k+1's chunk is loaded, summed and published
+    before step k waits, so a program's partners have a whole step to arrive. Two chunks in
+    registers. No deadlock: step 0 publishes before any wait, and each wait of step k needs
+    only the partners' step-k publications, which they make before their own wait of step k-1."""
+    pid = tl.program_id(0)
+    g = tl.num_programs(0)
+    chunk = pid % C
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < N
+    w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
+    tasks = M * C
+    x_cur = _partial(X, PART, COUNT, tl.cast(pid // C, tl.int64), cols, mask, stride_x, C, chunk,
+                     pid, tasks)  # fmt: skip
+    for t in range(pid, tasks, g):
+        row = tl.cast(t // C, tl.int64)
+        nxt = t + g
+        row_n = tl.cast(tl.minimum(nxt, tasks - 1) // C, tl.int64)
+        x_nxt = _partial(X, PART, COUNT, row_n, cols, mask, stride_x, C, chunk, nxt, tasks)
+        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+        while seen < C:
+            seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+        parts = tl.load(PART + row * C + tl.arange(0, C), cache_modifier=".cg")
+        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+        y = x_cur.to(tl.float32) * rstd * w.to(tl.float32)
+        tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+        if chunk == 0:
+            tl.store(RSTD + row, rstd)
+        x_cur = x_nxt
+
+
+def coop_forward(x, w, eps, c, num_warps, per_sm, mode=1):
+    """x: (M, N) with unit column stride; w: (N,). Returns y (x's dtype), rstd (M,) float32.
+    ``mode``: 0 load then wait, 1 prefetch the next chunk before the wait, 2 the pipelined
+    schedule (:func:`coop_pipe_kernel`)."""
     m, n = x.shape
     chunk = triton.next_power_of_2(triton.cdiv(n, c))
     y = torch.empty_like(x)
@@ -97,10 +149,13 @@ def coop_forward(x, w, eps, c, num_warps, per_sm, prefetch=True):
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
     g = max(c, min(m * c, sms * per_sm) // c * c)
     kwargs = {"launch_cooperative_grid": True} if x.is_cuda and c > 1 else {}
-    coop_forward_kernel[(g,)](
-        x, w, y, rstd, part, count, m, n, x.stride(0), y.stride(0), w.stride(0), eps,
-        C=c, CHUNK=chunk, PREFETCH=prefetch, num_warps=num_warps, **kwargs,
-    )  # fmt: skip
+    args = (x, w, y, rstd, part, count, m, n, x.stride(0), y.stride(0), w.stride(0), eps)
+    if mode == 2:
+        coop_pipe_kernel[(g,)](*args, C=c, CHUNK=chunk, num_warps=num_warps, **kwargs)
+    else:
+        coop_forward_kernel[(g,)](
+            *args, C=c, CHUNK=chunk, PREFETCH=bool(mode), num_warps=num_warps, **kwargs
+        )
     return y, rstd
 
 
@@ -127,7 +182,7 @@ CONFIGS = [
     for c in (2, 4, 8, 16)
     for w in (8, 16, 32)
     for s in (1, 2, 4)
-    for pf in (False, True)
+    for pf in (0, 1, 2)
     if w * s <= 64  # 2048 threads an SM
 ]
 
@@ -136,6 +191,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=None)
     p.add_argument("--shapes", default=None, help="e.g. 512x131072,256x262144")
+    p.add_argument("--modes", default="0,1,2", help="schedules to time (see coop_forward)")
     args = p.parse_args()
     shapes = SHAPES
     if args.shapes:
@@ -155,10 +211,13 @@ def main():
             row["package_us"] = us(rk.rmsnorm, x, w, eps)
             row["torch_us"] = us(torch.nn.functional.rms_norm, x, (n,), w, eps)
             print(f"{m}x{n} package {row['package_us']:.1f} us, F.rms_norm {row['torch_us']:.1f}")
+        modes = {int(v) for v in args.modes.split(",")}
         for c, warps, per_sm, pf in (
-            CONFIGS if dev == "cuda" else [(1, 4, 1, False), (1, 4, 1, True)]
+            [k for k in CONFIGS if k[3] in modes]
+            if dev == "cuda"
+            else [(1, 4, 1, v) for v in modes]
         ):
-            cfg = {"C": c, "warps": warps, "per_sm": per_sm, "prefetch": pf}
+            cfg = {"C": c, "warps": warps, "per_sm": per_sm, "mode": pf}
             if triton.next_power_of_2(triton.cdiv(n, c)) > MAX_PER_THREAD * 32 * warps:
                 continue  # x would not stay in registers between the two halves: spills
             try:
