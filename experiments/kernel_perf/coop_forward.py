@@ -87,16 +87,26 @@ def coop_forward_kernel(
 
 
 @triton.jit
-def _partial(X, PART, COUNT, row, cols, mask, stride_x, C: tl.constexpr, chunk, t, tasks):
-    """Load one chunk of ``row`` (task ``t``), publish its sum of squares and arrive; a task
-    ``t >= tasks`` (a step past the end) publishes nothing. Returns the chunk in x's dtype."""
+def _task_row(t, tasks, C: tl.constexpr):
+    """The row of task ``t`` (clamped: a task past the end reads the last row, masked off)."""
+    return tl.cast(tl.minimum(t, tasks - 1) // C, tl.int64)
+
+
+@triton.jit
+def _load_chunk(X, row, cols, mask, stride_x, t, tasks):
+    """This program's chunk of ``row`` (task ``t``) in x's dtype; zeros past the end."""
+    return tl.load(X + row * stride_x + cols, mask=mask & (cols * 0 + t < tasks), other=0.0)
+
+
+@triton.jit
+def _publish(PART, COUNT, row, x, C: tl.constexpr, chunk, t, tasks):
+    """Store the chunk's sum of squares and arrive on ``row``'s counter; a task ``t >= tasks``
+    (a step past the end) publishes nothing."""
     live = tl.full([], t, tl.int32) < tasks  # a tensor also where t is an int (interpreter)
-    x = tl.load(X + row * stride_x + cols, mask=mask & (cols * 0 + t < tasks), other=0.0)
     xf = x.to(tl.float32)
     tl.store(PART + row * C + chunk, tl.sum(xf * xf, axis=0), mask=live)
-    tl.debug_barrier()
+    tl.debug_barrier()  # every thread's part of the store before the (one-thread) release
     tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
-    return x
 
 
 @triton.jit
@@ -104,11 +114,14 @@ def coop_pipe_kernel(
     X, W, Y, RSTD, PART, COUNT, M, N, stride_x, stride_y, stride_w, eps,
     C: tl.constexpr,
     CHUNK: tl.constexpr,
+    AHEAD: tl.constexpr,
 ):  # fmt: skip
-    """The pipelined schedule (mode 2): step k+1's chunk is loaded, summed and published
-    before step k waits, so a program's partners have a whole step to arrive. Two chunks in
-    registers. No deadlock: step 0 publishes before any wait, and each wait of step k needs
-    only the partners' step-k publications, which they make before their own wait of step k-1."""
+    """The pipelined schedules. AHEAD = 1 (mode 2): step k+1's chunk is loaded, summed and
+    published before step k waits, so a program's partners have a whole step to arrive (two
+    chunks in registers). AHEAD = 2 (mode 3): also step k+2's load is issued first, so its
+    latency hides behind step k+1's sum and step k's wait and store (three chunks). No deadlock
+    either way: step 0 publishes before any wait, and a wait of step k needs only the partners'
+    step-k publications, which they make before their own wait of step k-1."""
     pid = tl.program_id(0)
     g = tl.num_programs(0)
     chunk = pid % C
@@ -116,13 +129,19 @@ def coop_pipe_kernel(
     mask = cols < N
     w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
     tasks = M * C
-    x_cur = _partial(X, PART, COUNT, tl.cast(pid // C, tl.int64), cols, mask, stride_x, C, chunk,
-                     pid, tasks)  # fmt: skip
+    x_cur = _load_chunk(X, _task_row(pid, tasks, C), cols, mask, stride_x, pid, tasks)
+    _publish(PART, COUNT, _task_row(pid, tasks, C), x_cur, C, chunk, pid, tasks)
+    if AHEAD == 2:  # (one step ahead loads it in the loop: no load of a chunk twice)
+        x_n1 = _load_chunk(X, _task_row(pid + g, tasks, C), cols, mask, stride_x, pid + g, tasks)
     for t in range(pid, tasks, g):
         row = tl.cast(t // C, tl.int64)
-        nxt = t + g
-        row_n = tl.cast(tl.minimum(nxt, tasks - 1) // C, tl.int64)
-        x_nxt = _partial(X, PART, COUNT, row_n, cols, mask, stride_x, C, chunk, nxt, tasks)
+        if AHEAD == 2:
+            x_n2 = _load_chunk(
+                X, _task_row(t + 2 * g, tasks, C), cols, mask, stride_x, t + 2 * g, tasks
+            )
+        else:
+            x_n1 = _load_chunk(X, _task_row(t + g, tasks, C), cols, mask, stride_x, t + g, tasks)
+        _publish(PART, COUNT, _task_row(t + g, tasks, C), x_n1, C, chunk, t + g, tasks)
         seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
         while seen < C:
             seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
@@ -133,13 +152,15 @@ def coop_pipe_kernel(
         tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
         if chunk == 0:
             tl.store(RSTD + row, rstd)
-        x_cur = x_nxt
+        x_cur = x_n1
+        if AHEAD == 2:
+            x_n1 = x_n2
 
 
 def coop_forward(x, w, eps, c, num_warps, per_sm, mode=1):
     """x: (M, N) with unit column stride; w: (N,). Returns y (x's dtype), rstd (M,) float32.
-    ``mode``: 0 load then wait, 1 prefetch the next chunk before the wait, 2 the pipelined
-    schedule (:func:`coop_pipe_kernel`)."""
+    ``mode``: 0 load then wait, 1 prefetch the next chunk before the wait, 2 / 3 the pipelined
+    schedules, one / two steps ahead (:func:`coop_pipe_kernel`)."""
     m, n = x.shape
     chunk = triton.next_power_of_2(triton.cdiv(n, c))
     y = torch.empty_like(x)
@@ -150,8 +171,10 @@ def coop_forward(x, w, eps, c, num_warps, per_sm, mode=1):
     g = max(c, min(m * c, sms * per_sm) // c * c)
     kwargs = {"launch_cooperative_grid": True} if x.is_cuda and c > 1 else {}
     args = (x, w, y, rstd, part, count, m, n, x.stride(0), y.stride(0), w.stride(0), eps)
-    if mode == 2:
-        coop_pipe_kernel[(g,)](*args, C=c, CHUNK=chunk, num_warps=num_warps, **kwargs)
+    if mode >= 2:
+        coop_pipe_kernel[(g,)](
+            *args, C=c, CHUNK=chunk, AHEAD=mode - 1, num_warps=num_warps, **kwargs
+        )
     else:
         coop_forward_kernel[(g,)](
             *args, C=c, CHUNK=chunk, PREFETCH=bool(mode), num_warps=num_warps, **kwargs
@@ -182,7 +205,7 @@ CONFIGS = [
     for c in (2, 4, 8, 16)
     for w in (8, 16, 32)
     for s in (1, 2, 4)
-    for pf in (0, 1, 2)
+    for pf in (0, 1, 2, 3)
     if w * s <= 64  # 2048 threads an SM
 ]
 
@@ -191,7 +214,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=None)
     p.add_argument("--shapes", default=None, help="e.g. 512x131072,256x262144")
-    p.add_argument("--modes", default="0,1,2", help="schedules to time (see coop_forward)")
+    p.add_argument("--modes", default="0,1,2,3", help="schedules to time (see coop_forward)")
     args = p.parse_args()
     shapes = SHAPES
     if args.shapes:
