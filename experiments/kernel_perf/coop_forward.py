@@ -1,6 +1,8 @@
 """A forward for rows wider than one SM's registers (N >= 65536 bf16) that reads x from HBM once:
 each row split over C programs of one *cooperative* launch. Not used by the package (issue 17:
 the package walks such a row twice, 0.69x quack at 512 x 131072 on the H200, 36th session).
+Mode 0 is ``wide_forward.split_row_coop_kernel``'s schedule (sixth session of 2026-11-30, measured
+at 65536 columns only); modes 1-3 overlap the loads with the wait (README, 36th session).
 
 Why cooperative: the C programs of a row exchange their partial sums of squares through global
 memory and wait for each other. Programs that wait on others deadlock unless all are resident at
