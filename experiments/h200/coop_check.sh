@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The cooperative split-row forward (experiments/kernel_perf/coop_forward.py) on the device: every
 # schedule and config under do_bench, then the best configs of the H100 under CUDA-graph replay
-# beside the package. No carry. Writes $OUT/coop.log, coop.json, coop_graph.log.
+# beside the package, after its GPU test. No carry. Writes $OUT/coop_pytest.log, coop.log,
+# coop.json, coop_graph.log.
 #   bash experiments/h200/coop_check.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/coop.log"
+# First the GPU test: 2 and 4 programs per row, every schedule, against float64 (~20 s)
+timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernel/test_experiment_coop_forward.py \
+  > "$OUT/coop_pytest.log" 2>&1
+echo "pytest rc=$?"; tail -1 "$OUT/coop_pytest.log"
 timeout 150 python3 experiments/kernel_perf/coop_forward.py --shapes 512x131072,256x262144 \
   --json "$OUT/coop.json" 2>&1 | grep -v -i "warn\|too many blocks" >> "$OUT/coop.log"
 echo "coop rc=$?"
