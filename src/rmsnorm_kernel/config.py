@@ -344,11 +344,13 @@ class ForwardConfig:
     the ``evict_first`` policy and store y streaming (``.cs``); hints only, no value changes.
     ``stages``: software pipelining of that second pass (``tl.range`` ``num_stages``; 1: none),
     the next chunks' loads in flight while one is scaled; no value changes. The heuristic takes
-    neither: the variant of ``experiments/kernel_perf/wide_forward.py`` with the same hints and a
-    pipelined pass 2 (the launch's default 3 stages there) took 116.7 us against the package's
-    131.1 at 512 x 131072 bf16 on an H100 (``tune.py --parts widefwd``, 2026-12-05), hints alone
-    132.8; measured in the package on the H200, ``stream`` took 98.0 against 98.5 and ``stages``
-    2 / 3 103.5 / 105.6 (``experiments/h200/results_2026-12-05c/widefwd.log``).
+    neither: the variant of ``experiments/kernel_perf/wide_forward.py`` with the same hints took
+    116.7 us against the package's 131.1 at 512 x 131072 bf16 on an H100 (``tune.py --parts
+    widefwd``, 2026-12-05), hints alone 132.8 (that variant's launch at 3 stages pipelines
+    nothing: ``experiments/kernel_perf/ptx_compare.py``); measured in the package on the H200,
+    ``stream`` took 98.0 against 98.5 and ``stages`` 2 / 3 103.5 / 105.6
+    (``experiments/h200/results_2026-12-05c/widefwd.log``): pass 2's async copies carry no
+    ``evict_first``.
     """
 
     block: int
