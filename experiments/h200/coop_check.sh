@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The cooperative split-row forward (experiments/kernel_perf/coop_forward.py) on the device: every
 # schedule and config under do_bench, then the best configs of the H100 under CUDA-graph replay
-# beside the package, after its GPU test. No carry. Writes $OUT/coop_pytest.log, coop.log,
-# coop.json, coop_graph.log.
+# beside the package, after its GPU test; then widefwd_ab.py. No carry. Writes $OUT/coop_pytest.log,
+# coop.log, coop.json, coop_graph.log, widefwd_ab.log (~3 minutes in all).
 #   bash experiments/h200/coop_check.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
@@ -41,3 +41,7 @@ for (m, n), configs in CONFIGS.items():
         except Exception as e:  # a config this card cannot hold: say so, go on
             print(f"{m}x{n} coop {cfg} {type(e).__name__}: {str(e)[:160]}", flush=True)
 PY
+# Then the package's chunked forward, its `stream` config, wide_forward.py's hinted variant and the
+# coop forward, interleaved round by round (kernel_perf/README.md, 36th session; ~60 s)
+timeout 150 python3 experiments/kernel_perf/widefwd_ab.py 2>&1 | grep -v -i warn \
+  | tee "$OUT/widefwd_ab.log"
