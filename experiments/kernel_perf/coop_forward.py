@@ -35,6 +35,49 @@ import rmsnorm_kernel as rk
 
 
 @triton.jit
+def _task_row(t, tasks, C: tl.constexpr):
+    """The row of task ``t`` (clamped: a task past the end reads the last row, masked off)."""
+    return tl.cast(tl.minimum(t, tasks - 1) // C, tl.int64)
+
+
+@triton.jit
+def _load_chunk(X, row, cols, mask, stride_x, t, tasks):
+    """This program's chunk of ``row`` (task ``t``) in x's dtype; zeros past the end."""
+    return tl.load(X + row * stride_x + cols, mask=mask & (cols * 0 + t < tasks), other=0.0)
+
+
+@triton.jit
+def _publish(PART, COUNT, row, x, C: tl.constexpr, chunk, t, tasks):
+    """Store the chunk's sum of squares and arrive on ``row``'s counter; a task ``t >= tasks``
+    (a step past the end) publishes nothing."""
+    live = tl.full([], t, tl.int32) < tasks  # a tensor also where t is an int (interpreter)
+    xf = x.to(tl.float32)
+    tl.store(PART + row * C + chunk, tl.sum(xf * xf, axis=0), mask=live)
+    tl.debug_barrier()  # every thread's part of the store before the (one-thread) release
+    tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
+
+
+@triton.jit
+def _wait_and_scale(
+    Y, RSTD, PART, COUNT, row, x, w, cols, mask, stride_y, N, eps, C: tl.constexpr, chunk
+):  # fmt: skip
+    """Wait until the C programs of ``row`` have published (acquire; also where C == 1: the
+    partial was stored by one thread and is read by all), sum the C partials in chunk order
+    (every program the same order: the same rstd), then scale this program's chunk ``x`` (x's
+    dtype) by rstd and the weight chunk ``w`` and store it; chunk 0 stores rstd."""
+    seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    while seen < C:
+        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+    parts = tl.load(PART + row * C + tl.arange(0, C), cache_modifier=".cg")
+    rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+    y = x.to(tl.float32) * rstd * w.to(tl.float32)
+    tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+    if chunk == 0:
+        tl.store(RSTD + row, rstd)
+
+
+@triton.jit
 def coop_forward_kernel(
     X,
     W,
@@ -57,7 +100,7 @@ def coop_forward_kernel(
     chunk = pid % C  # constant over the walk: g is a multiple of C
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     mask = cols < N
-    w = tl.load(W + cols * stride_w, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
     # PREFETCH: the next step's chunk is loaded (kept in x's dtype) before this step waits for
     # its partners, so the SM's loads go on through the wait.
     x_next = tl.load(X + tl.cast(pid // C, tl.int64) * stride_x + cols, mask=mask, other=0.0)
@@ -65,50 +108,12 @@ def coop_forward_kernel(
         row = tl.cast(t // C, tl.int64)
         if PREFETCH:
             x_in = x_next
-        else:
-            x_in = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
-        x = x_in.to(tl.float32)
-        tl.store(PART + row * C + chunk, tl.sum(x * x, axis=0))
-        if PREFETCH:
             nxt = tl.cast(tl.minimum(t + g, M * C - 1) // C, tl.int64)
             x_next = tl.load(X + nxt * stride_x + cols, mask=mask, other=0.0)
-        if C > 1:
-            # every thread's part of the store is done before the (one-thread) release
-            tl.debug_barrier()
-            tl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")
-            seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-            while seen < C:
-                seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-            tl.debug_barrier()
-        parts = tl.load(PART + row * C + tl.arange(0, C), cache_modifier=".cg")
-        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
-        x = x_in.to(tl.float32)
-        tl.store(Y + row * stride_y + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
-        if chunk == 0:
-            tl.store(RSTD + row, rstd)
-
-
-@triton.jit
-def _task_row(t, tasks, C: tl.constexpr):
-    """The row of task ``t`` (clamped: a task past the end reads the last row, masked off)."""
-    return tl.cast(tl.minimum(t, tasks - 1) // C, tl.int64)
-
-
-@triton.jit
-def _load_chunk(X, row, cols, mask, stride_x, t, tasks):
-    """This program's chunk of ``row`` (task ``t``) in x's dtype; zeros past the end."""
-    return tl.load(X + row * stride_x + cols, mask=mask & (cols * 0 + t < tasks), other=0.0)
-
-
-@triton.jit
-def _publish(PART, COUNT, row, x, C: tl.constexpr, chunk, t, tasks):
-    """Store the chunk's sum of squares and arrive on ``row``'s counter; a task ``t >= tasks``
-    (a step past the end) publishes nothing."""
-    live = tl.full([], t, tl.int32) < tasks  # a tensor also where t is an int (interpreter)
-    xf = x.to(tl.float32)
-    tl.store(PART + row * C + chunk, tl.sum(xf * xf, axis=0), mask=live)
-    tl.debug_barrier()  # every thread's part of the store before the (one-thread) release
-    tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
+        else:
+            x_in = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+        _publish(PART, COUNT, row, x_in, C, chunk, t, M * C)
+        _wait_and_scale(Y, RSTD, PART, COUNT, row, x_in, w, cols, mask, stride_y, N, eps, C, chunk)
 
 
 @triton.jit
@@ -144,16 +149,7 @@ def coop_pipe_kernel(
         else:
             x_n1 = _load_chunk(X, _task_row(t + g, tasks, C), cols, mask, stride_x, t + g, tasks)
         _publish(PART, COUNT, _task_row(t + g, tasks, C), x_n1, C, chunk, t + g, tasks)
-        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-        while seen < C:
-            seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
-        parts = tl.load(PART + row * C + tl.arange(0, C), cache_modifier=".cg")
-        rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
-        y = x_cur.to(tl.float32) * rstd * w.to(tl.float32)
-        tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
-        if chunk == 0:
-            tl.store(RSTD + row, rstd)
+        _wait_and_scale(Y, RSTD, PART, COUNT, row, x_cur, w, cols, mask, stride_y, N, eps, C, chunk)
         x_cur = x_n1
         if AHEAD == 2:
             x_n1 = x_n2
