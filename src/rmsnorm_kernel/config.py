@@ -351,6 +351,11 @@ class ForwardConfig:
     ``stream`` took 98.0 against 98.5 and ``stages`` 2 / 3 103.5 / 105.6
     (``experiments/h200/results_2026-12-05c/widefwd.log``): pass 2's async copies carry no
     ``evict_first``.
+    ``split``: 0, or each row split over ``split`` programs of one cooperative launch
+    (``kernels.rmsnorm_forward_split_kernel``; ``rows == 0``, ``block`` columns a program,
+    ``split * block >= N``): x read from DRAM once where one program's registers cannot hold a
+    row (SPLIT_FORWARD). Every program of the grid must be resident at once (``split`` <= the
+    SMs); through the interpreter, which runs programs one after another, ``split`` 1 only.
     """
 
     block: int
@@ -363,12 +368,16 @@ class ForwardConfig:
     pdl: bool = False
     stream: bool = False
     stages: int = 1
+    split: int = 0
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
         _check_block("ForwardConfig.block", self.block)
         _check_warps("ForwardConfig.num_warps", self.num_warps)
         _check_ctas("ForwardConfig.ctas", self.ctas)
+        if self.split:
+            self._check_split(n)
+            return
         if self.rows < 0:
             raise ContractValueError(f"ForwardConfig.rows must be >= 0 (got {self.rows})")
         if self.rows and self.block < n:
@@ -397,6 +406,31 @@ class ForwardConfig:
             raise ContractValueError(
                 "ForwardConfig.unmasked needs one row per program exactly block wide: rows == 0 "
                 f"and block == N = {n} (got rows={self.rows}, block={self.block})"
+            )
+
+    def _check_split(self, n: int) -> None:
+        if self.split < 0:
+            raise ContractValueError(f"ForwardConfig.split must be >= 0 (got {self.split})")
+        if self.rows != 0 or self.split * self.block < n:
+            raise ContractValueError(
+                "ForwardConfig.split splits one row over split programs of block columns: rows "
+                f"== 0 and split * block >= N = {n} (got rows={self.rows}, split={self.split}, "
+                f"block={self.block})"
+            )
+        others = {
+            "ctas": self.ctas > 1,
+            "packed": self.packed,
+            "unmasked": self.unmasked,
+            "evict_last": self.evict_last,
+            "pdl": self.pdl,
+            "stream": self.stream,
+            "stages": self.stages > 1,
+        }
+        taken = [name for name, on in others.items() if on]
+        if taken:
+            raise ContractValueError(
+                f"ForwardConfig.split takes none of {', '.join(taken)} (the split-row kernel "
+                "has its own schedule): leave them at their defaults"
             )
 
 
@@ -627,6 +661,74 @@ def check_forward_stages(config: ForwardConfig, x_size: int, w_size: int, index)
         )
 
 
+#: Programs of the split-row forward per SM: one, so that every program of its persistent grid
+#: is resident (a program of <= 32 warps always fits an SM alone) and its grid is sized without
+#: an occupancy query; the H100 sweep's best configs all ran one per SM (coop_forward.py mode 3,
+#: 36th session: 512 x 131072 113.3 us with 8 programs a row, 2 per SM could not launch).
+SPLIT_PROGRAMS_PER_SM = 1
+
+
+#: Rows wider than this (16-bit or float32 x; float64 not measured) split over programs of one
+#: cooperative launch, SPLIT_FORWARD[x's element size] = (block, warps): x read from DRAM once,
+#: where the chunked walk reads it twice. Graph replay on an H100, 3 interleaved rounds
+#: (experiments/kernel_perf/split_tune.py, 37th session; results/h100_2026-12-05e), against the
+#: chunked walk: bf16 512 x 131072 119.0 us vs 131.7, 256 x 262144 120.8 vs 142.9, 128 x 524288
+#: 125.4 vs 149.5, 64 x 1048576 132.5 vs 184.5, 8 x 262144 7.0 vs 22.4, 1024 x 100000 198.6 vs
+#: 200.6 (a tie), fp16 512 x 131072 118.4 vs 130.2, bf16 + residual 204.9 vs 228.4; float32
+#: (8192, 16) 512 x 131072 227.6 vs 278.5, 256 x 262144 234.7 vs 283.2. Not at 65536 and
+#: narrower, where one program holds the row (bf16 packed 1024 x 65536 94.6 against 117.9 split,
+#: 2048 x 32768 94.7 against 115.3), nor float32 1024 x 65536 (227.1 against 225.0 chunked).
+#: Narrower chunks lose (a step's wait is paid per chunk: bf16 8192 x 8 warps 163.3 at 512 x
+#: 131072), wider ones spill.
+SPLIT_ABOVE_N = 65536
+SPLIT_FORWARD = {2: (16384, 8), 4: (8192, 16)}
+
+
+def cooperative_here(device_index: int | None) -> bool:
+    """Whether compiled kernels can launch cooperatively here (``launch_cooperative_grid``,
+    an NVIDIA option of Triton's): an NVIDIA GPU, not the interpreter."""
+    return BACKEND != "interpreter" and device_index is not None and torch.version.hip is None
+
+
+def split_programs(device_index: int) -> int:
+    """The most programs of a split-row forward resident at once on this GPU."""
+    return SPLIT_PROGRAMS_PER_SM * sm_count(device_index)
+
+
+def split_grid(config: ForwardConfig, m: int, device_index: int | None) -> int:
+    """Programs of a split-row forward launch over ``m`` rows: a multiple of ``config.split``
+    (the programs of one row walk their tasks in lockstep), all resident at once, and no more
+    than the ``m * split`` tasks (the interpreter: one row's programs)."""
+    c = config.split
+    if device_index is None:
+        return c
+    return max(c, min(m * c, split_programs(device_index)) // c * c)
+
+
+def check_forward_split(config: ForwardConfig, device_index: int | None) -> None:
+    """An explicit split config must be able to run here: all of a row's programs resident at
+    once (``split`` <= the SMs; Triton's interpreter runs programs one after another: 1)."""
+    if device_index is not None and BACKEND != "interpreter" and not cooperative_here(device_index):
+        raise ContractValueError(
+            "ForwardConfig.split needs a cooperative launch (launch_cooperative_grid), which "
+            "Triton has for NVIDIA GPUs only"
+        )
+    if device_index is None or BACKEND == "interpreter":
+        if config.split > 1:
+            raise ContractValueError(
+                "ForwardConfig.split > 1 needs compiled kernels on a GPU: Triton's interpreter "
+                f"runs programs one after another, so a row's programs cannot wait for each "
+                f"other (got split={config.split}; 1 runs the kernel here)"
+            )
+        return
+    sms = split_programs(device_index)
+    if config.split > sms:
+        raise ContractValueError(
+            f"ForwardConfig.split must be <= {sms}, the programs this GPU keeps resident at once "
+            f"(got {config.split})"
+        )
+
+
 @functools.cache
 def hopper(device_index: int) -> bool:
     """Whether the GPU is an NVIDIA Hopper or newer (compute capability 9+): tensor-descriptor
@@ -703,7 +805,7 @@ def forward_config(
     ``itemsize``: bytes of one value of x (ROWS_SHORT_TILE_BYTES)."""
     config = _forward_geometry(m, n, device_index, float64, packable, itemsize)
     lo, hi = EVICT_LAST_ROW_BYTES
-    if lo <= row_bytes <= hi and config.rows == 0 and config.ctas == 1:
+    if lo <= row_bytes <= hi and config.rows == 0 and config.ctas == 1 and not config.split:
         warps = max(config.num_warps, EVICT_LAST_MIN_WARPS.get(config.block, 1))
         config = dataclasses.replace(config, evict_last=True, num_warps=warps)
     return config
@@ -743,6 +845,11 @@ def _forward_geometry(
     if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
+    if n > SPLIT_ABOVE_N and not float64 and itemsize in SPLIT_FORWARD:
+        block, warps = SPLIT_FORWARD[itemsize]
+        split = -(-n // block)
+        if cooperative_here(device_index) and split <= split_programs(device_index):
+            return ForwardConfig(block, 0, warps, split=split)
     return ForwardConfig(LOOP_BLOCK, 0, LOOP_WARPS)
 
 

@@ -273,6 +273,164 @@ def rmsnorm_forward_rows_kernel(
 
 
 @triton.jit
+def _split_task_row(t, tasks, C: tl.constexpr):
+    """The row of split-row task ``t`` (clamped: a task past the end reads the last row, masked
+    off), int64 for its offsets."""
+    return tl.cast(tl.minimum(t, tasks - 1) // C, tl.int64)
+
+
+@triton.jit
+def _split_load(
+    X, RES, row, cols, mask, stride_x, stride_res, t, tasks, HAS_RESIDUAL: tl.constexpr
+):
+    """``(x, residual)`` chunks of ``row`` (task ``t``) in their dtypes, zeros past the row's end
+    or for a task past the last (the residual a scalar 0 where there is none: unused)."""
+    live = mask & (cols * 0 + t < tasks)
+    x = tl.load(X + row * stride_x + cols, mask=live, other=0.0)
+    res = tl.zeros([], dtype=tl.float32)  # unused: one register, not a second copy of the chunk
+    if HAS_RESIDUAL:
+        res = tl.load(RES + row * stride_res + cols, mask=live, other=0.0)
+    return x, res
+
+
+@triton.jit
+def _split_publish(
+    PART, COUNT, H, row, x, res, cols, mask, N, t, tasks,
+    C: tl.constexpr, C_POW2: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ACC: tl.constexpr,
+):  # fmt: skip
+    """Store this chunk's sum of squares as ``row``'s partial ``chunk`` and arrive on the row's
+    counter (release: the partial is visible before the arrival). Returns ``(chunk, target)``:
+    the chunk the output scales (x, or x + residual rounded to H's dtype, what the caller
+    receives as h; stored here), and the count at which all C programs of the row have arrived
+    in this launch. Counters are never reset: every launch of a given C adds exactly C to each
+    row it walks (int64: no wrap), so a row's count is a multiple of C before the launch and
+    ``old - old % C + C`` after its C arrivals. A task past the last (``t >= tasks``) stores and
+    arrives nowhere (its target is never waited on)."""
+    live = tl.full([], t, tl.int32) < tasks  # a tensor also where t is an int (interpreter)
+    chunk = tl.program_id(0) % C
+    if HAS_RESIDUAL:
+        x = (x.to(ACC) + res.to(ACC)).to(H.dtype.element_ty)
+        tl.store(H + row * N + cols, x, mask=mask & (cols * 0 + t < tasks))
+    xf = x.to(ACC)
+    tl.store(PART + row * C_POW2 + chunk, tl.sum(xf * xf, axis=0), mask=live)
+    tl.debug_barrier()  # every thread's part of the sum stored before the (one-thread) release
+    old = tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
+    return x, old - old % C + C
+
+
+@triton.jit
+def _split_finish(
+    Y, RSTD, PART, COUNT, row, target, x, w, cols, mask, N, eps, offset,
+    C: tl.constexpr, C_POW2: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_OFFSET: tl.constexpr,
+    LLAMA: tl.constexpr, ACC: tl.constexpr, STORE_RSTD: tl.constexpr, X_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """Wait until the C programs of ``row`` have published (its counter at ``target``,
+    acquire), sum the C partials in chunk order (every program the same order, so the same
+    rstd), scale this program's chunk and store it (chunk 0 also stores rstd)."""
+    seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    while seen < target:
+        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+    k = tl.arange(0, C_POW2)
+    parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
+    rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
+    y = x.to(ACC) * rstd
+    if LLAMA:
+        y = y.to(X_DTYPE).to(ACC)
+    if HAS_WEIGHT:
+        if HAS_OFFSET:
+            y = y * (w.to(ACC) + offset)
+        else:
+            y = y * w.to(ACC)
+    tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=mask)
+    if STORE_RSTD:
+        tl.store(RSTD + row, rstd, mask=tl.program_id(0) % C == 0)
+
+
+@triton.jit(do_not_specialize=["M"])
+def rmsnorm_forward_split_kernel(
+    X,  # pointer to the input rows, row stride stride_x, unit column stride
+    RES,  # pointer to the residual rows (read only when HAS_RESIDUAL)
+    W,  # pointer to the weight (N,) (read only when HAS_WEIGHT)
+    Y,  # pointer to the output (M, N), contiguous
+    H,  # pointer to the output x + residual (M, N), contiguous (written only when HAS_RESIDUAL)
+    RSTD,  # pointer to the inverse RMS per row (M,), ACC dtype
+    PART,  # (M, C_POW2) ACC scratch: each row's partial sums of squares, one per chunk
+    COUNT,  # (M,) int64 arrival counters of this C, multiples of C (see _split_publish)
+    stride_x,
+    stride_res,
+    stride_w,
+    M,  # number of rows
+    N,  # data width
+    eps,
+    eps_lo,
+    offset,
+    offset_lo,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    LLAMA: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per program (a power of two), C * BLOCK >= N
+    C: tl.constexpr,  # programs per row (ForwardConfig.split)
+    C_POW2: tl.constexpr,  # C rounded up to a power of two (the partials' row stride)
+    HAS_OFFSET: tl.constexpr,
+    STORE_RSTD: tl.constexpr,
+):
+    """Each row split over C programs of one cooperative launch (``ForwardConfig.split``): a
+    program keeps its BLOCK-column chunk in registers, so x is read from DRAM once, where the
+    one-row kernel walks rows wider than its registers twice. The C programs of a row exchange
+    their partial sums of squares through PART and wait for each other on COUNT, so all must be
+    resident at once: the launch is cooperative (the driver refuses a grid that cannot be
+    resident rather than hanging), the grid persistent (G programs, G a multiple of C) and the
+    M * C tasks walked in lockstep, task t = pid + k * G being (row t // C, chunk t % C).
+
+    Pipelined two steps ahead: step k+2's chunk is loaded before step k+1's is summed and
+    published and step k waits, so the loads go on through the wait (three chunks in registers).
+    No deadlock: step 0 publishes before any wait, and step k's wait needs only the partners'
+    step-k publications, which each makes before its own wait of step k-1. Deterministic: the
+    partials are summed in chunk order (the only atomics are the int32 counters). Through the
+    interpreter, which runs programs one after another, only C = 1 can run."""
+    pid = tl.program_id(0)
+    g = tl.num_programs(0)
+    eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    cols = (pid % C) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
+    else:
+        w = tl.zeros([BLOCK], dtype=ACC)  # unused
+    tasks = M * C
+    row0 = _split_task_row(pid, tasks, C)
+    x0, r0 = _split_load(X, RES, row0, cols, mask, stride_x, stride_res, pid, tasks, HAS_RESIDUAL)
+    x_cur, target = _split_publish(
+        PART, COUNT, H, row0, x0, r0, cols, mask, N, pid, tasks, C, C_POW2, HAS_RESIDUAL, ACC
+    )
+    row1 = _split_task_row(pid + g, tasks, C)
+    x_n1, r_n1 = _split_load(
+        X, RES, row1, cols, mask, stride_x, stride_res, pid + g, tasks, HAS_RESIDUAL
+    )
+    for t in range(pid, tasks, g):
+        row2 = _split_task_row(t + 2 * g, tasks, C)
+        x_n2, r_n2 = _split_load(
+            X, RES, row2, cols, mask, stride_x, stride_res, t + 2 * g, tasks, HAS_RESIDUAL
+        )
+        h_n1, target_n1 = _split_publish(
+            PART, COUNT, H, _split_task_row(t + g, tasks, C), x_n1, r_n1, cols, mask, N, t + g,
+            tasks, C, C_POW2, HAS_RESIDUAL, ACC,
+        )  # fmt: skip
+        _split_finish(
+            Y, RSTD, PART, COUNT, tl.cast(t // C, tl.int64), target, x_cur, w, cols, mask, N,
+            eps, offset, C, C_POW2, HAS_WEIGHT, HAS_OFFSET, LLAMA, ACC, STORE_RSTD,
+            X.dtype.element_ty,
+        )  # fmt: skip
+        x_cur = h_n1
+        target = target_n1
+        x_n1 = x_n2
+        r_n1 = r_n2
+
+
+@triton.jit
 def _dy_sum(dy, B_PTRS, C_PTRS, mask, DY_PARTS: tl.constexpr, DY_SUM: tl.constexpr, ACC):
     """dy's loaded values plus the parts the Inductor pass folded into the launch (the sum of
     GEMM outputs that formed dy): summed in ACC in the graph's order, (dy + b) + c, and rounded

@@ -215,12 +215,16 @@ class CachedKernel:
 
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
-    tuple in signature order). ``launches`` counts ``compiled`` (through ``JITFunction.run``)
+    tuple in signature order). ``cooperative``: every compiled launch is cooperative
+    (``launch_cooperative_grid``). ``launches`` counts ``compiled`` (through ``JITFunction.run``)
     and ``cached`` launches, so that GPU tests can check that the cached path really runs.
     """
 
-    def __init__(self, fn) -> None:
+    def __init__(self, fn, cooperative: bool = False) -> None:
         self.fn = fn
+        # compiled launches go through cuLaunchCooperativeKernel, which refuses a grid whose
+        # programs cannot all be resident at once (kernels whose programs wait for each other)
+        self._compile_options = {"launch_cooperative_grid": True} if cooperative else {}
         self._layouts: dict[int, _Layout] = {}  # per len(args): the floats come after them
         self.handles: dict[tuple, tuple] = {}
         self.launches = {"compiled": 0, "cached": 0}
@@ -313,8 +317,9 @@ class CachedKernel:
                     num_warps=num_warps,
                     num_stages=num_stages,
                     num_ctas=num_ctas,
-                    # the compiled launcher keeps it: cached launches of this key use PDL too
+                    # the compiled launcher keeps both: cached launches of this key use them too
                     **({"launch_pdl": True} if pdl else {}),
+                    **self._compile_options,
                 )
             if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
                 compiled = compiled.result()

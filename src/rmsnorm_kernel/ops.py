@@ -29,10 +29,12 @@ from .config import (
     BackwardConfig,
     ForwardConfig,
     backward_config,
+    check_forward_split,
     check_forward_stages,
     check_pdl,
     forward_config,
     hopper,
+    split_grid,
     stores_rstd,
     tma_from,
 )
@@ -48,6 +50,8 @@ _INT32_MAX = 2**31 - 1
 
 FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
+#: Cooperative: the programs of a row wait for each other (ForwardConfig.split).
+FORWARD_SPLIT = CachedKernel(kernels.rmsnorm_forward_split_kernel, cooperative=True)
 ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel)
 BACKWARD = CachedKernel(kernels.rmsnorm_backward_kernel)
 BACKWARD_ROWS = CachedKernel(kernels.rmsnorm_backward_rows_kernel)
@@ -120,6 +124,27 @@ def tree_counters(device: torch.device, index: int | None, size: int) -> torch.T
     if counters is None or counters.numel() < size:
         counters = torch.zeros(max(size, 4096), device=device, dtype=torch.int32)
         _COUNTERS[key] = counters
+    return counters
+
+
+#: Arrival counters of the split-row forward per (device, stream, programs per row): never reset
+#: (each launch adds exactly ``split`` to each row it walks, see kernels._split_publish).
+_SPLIT_COUNTERS: dict[tuple[int, int, int], torch.Tensor] = {}
+
+
+def split_counters(device: torch.device, index: int | None, split: int, size: int) -> torch.Tensor:
+    """``size`` int64 arrival counters for one split-row forward launch of ``split`` programs a
+    row, each a multiple of ``split`` (zeros, or what earlier launches of this ``split`` on this
+    stream left). Launches on one stream run one after another, so one buffer per (device,
+    stream, split) serves them all without a memset; under CUDA-graph capture (and in the
+    interpreter) each launch gets its own zeros, so graphs share counters with nothing."""
+    if index is None or torch.cuda.is_current_stream_capturing():
+        return torch.zeros(size, device=device, dtype=torch.int64)
+    key = (index, torch._C._cuda_getCurrentRawStream(index), split)
+    counters = _SPLIT_COUNTERS.get(key)
+    if counters is None or counters.numel() < size:
+        counters = torch.zeros(max(size, 4096), device=device, dtype=torch.int64)
+        _SPLIT_COUNTERS[key] = counters
     return counters
 
 
@@ -242,6 +267,8 @@ def launch_forward(
         if config.stages > 1:
             w_size = 0 if weight is None else weight.element_size()
             check_forward_stages(config, x2.element_size(), w_size, index)
+        if config.split:
+            check_forward_split(config, index)
         if config.packed and not half:
             raise ContractValueError(
                 "ForwardConfig.packed keeps 16-bit rows (float16, bfloat16) packed "
@@ -263,7 +290,21 @@ def launch_forward(
     rs = torch.empty(m, device=x2.device, dtype=acc) if store else y
     rstd = rs if keep_rstd else None
     pdl = config.pdl
-    if rows:
+    if config.split:
+        c = config.split
+        c_pow2 = 1 << (c - 1).bit_length()
+        part = torch.empty(m * c_pow2, device=x2.device, dtype=acc)
+        count = split_counters(x2.device, index, c, m)
+        FORWARD_SPLIT.launch(
+            (split_grid(config, m, index),),
+            (x2, r, w, y, h if has_r else y, rs, part, count, sx, sr, sw, m, n),
+            floats,
+            (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store),
+            config.num_warps,
+            1,
+            index,
+        )
+    elif rows:
         FORWARD_ROWS.launch(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
             (x2, r, w, y, h if has_r else y, rs, sx, sr, sw, m, n),

@@ -193,3 +193,35 @@ def test_rocm_is_never_taken_for_hopper(monkeypatch):
         assert not config.hopper(0)
     finally:
         config.hopper.cache_clear()
+
+
+def test_wide_rows_split_over_cooperative_programs(h200, monkeypatch):
+    """SPLIT_FORWARD: rows wider than 65536 columns split over programs of one cooperative launch
+    (bf16 512 x 131072 119.0 us vs 131.7 chunked, float32 227.6 vs 278.5 on an H100); 16-bit
+    rows in 16384-column chunks at 8 warps, float32 in 8192 at 16; not at 65536 and narrower,
+    not float64, not where a row needs more programs than the SMs, not without a cooperative
+    launch (the interpreter, ROCm)."""
+    monkeypatch.setattr(config, "cooperative_here", lambda index: index is not None)
+    bf16 = config.forward_config(512, 131072, 0, False, None, 131072 * 2, 2)
+    assert bf16 == config.ForwardConfig(16384, 0, 8, split=8)
+    assert config.forward_config(3, 100000, 0, itemsize=2).split == 7  # a ragged last chunk
+    f32 = config.forward_config(256, 262144, 0, False, None, 0, 4)
+    assert f32 == config.ForwardConfig(8192, 0, 16, split=32)
+    assert config.forward_config(1, 262144, 0, itemsize=2).split == 16  # one row, 16 SMs
+    for cfg, n in [(bf16, 131072), (f32, 262144)]:
+        cfg.check(n)
+        assert config.split_grid(cfg, 512, 0) == H200_SMS // cfg.split * cfg.split
+    assert config.split_grid(bf16, 3, 0) == 24  # no more programs than tasks
+    assert config.forward_config(1024, 65536, 0, itemsize=2).split == 0
+    assert config.forward_config(256, 262144, 0, True, None, 0, 8).split == 0  # float64
+    widest = H200_SMS * 16384
+    assert config.forward_config(1, widest, 0, itemsize=2).split == H200_SMS
+    assert config.forward_config(1, widest + 1, 0, itemsize=2).split == 0  # 133 programs a row
+    assert config.forward_config(512, 131072, None, itemsize=2).split == 0  # the interpreter
+    monkeypatch.undo()
+    config.forward_config.cache_clear()
+    monkeypatch.setattr(config, "sm_count", lambda index: H200_SMS)
+    monkeypatch.setattr(config.torch.version, "hip", "6.2")
+    monkeypatch.setattr(config, "BACKEND", "cuda")
+    assert not config.cooperative_here(0)  # ROCm: no cooperative launch through Triton
+    assert config.forward_config(512, 131072, 0, itemsize=2).split == 0

@@ -1,0 +1,143 @@
+"""Tune the split-row forward (``ForwardConfig.split``) against the package's heuristic config, per
+shape and dtype, under CUDA-graph replay (kernel time only), interleaved round by round.
+
+For each shape: the heuristic's config (whatever ``forward_config`` picks, which is the baseline
+and may itself be a split config once SPLIT_FORWARD takes it), then split configs of every
+(block, warps) in the grid below, ``split = ceil(N / block)``. Each config is checked against
+float64 first (a wrong one is reported, never timed). Writes a JSON of medians and a table.
+
+    PYTHONPATH=src python3 experiments/kernel_perf/split_tune.py --json OUT.json [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import statistics
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from rmsnorm_kernel import config, ops
+from rmsnorm_kernel.config import ForwardConfig
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+#: (M, N, dtype, residual)
+SHAPES = [
+    (4096, 32768, BF16, False),
+    (2048, 32768, BF16, False),
+    (1024, 65536, BF16, False),
+    (4096, 65536, BF16, False),
+    (512, 131072, BF16, False),
+    (256, 262144, BF16, False),
+    (128, 524288, BF16, False),
+    (64, 1048576, BF16, False),
+    (8, 262144, BF16, False),
+    (1024, 100000, BF16, False),
+    (512, 131072, FP16, False),
+    (512, 131072, BF16, True),
+    (1024, 65536, FP32, False),
+    (512, 131072, FP32, False),
+    (256, 262144, FP32, False),
+]
+#: (block, warps) per element size: a program's chunk stays in registers three times over
+#: (the pipeline two steps ahead), so wider chunks need more warps.
+GRID = {
+    2: [(8192, 4), (8192, 8), (16384, 8), (16384, 16), (32768, 16)],
+    4: [(4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)],
+}
+
+
+def heuristic(x, residual):
+    m, n = x.shape
+    half = x.element_size() == 2
+    packable = x.dtype if half and residual is None else None
+    row_bytes = n * x.element_size() if residual is None else 0
+    return config.forward_config(m, n, 0, False, packable, row_bytes, x.element_size())
+
+
+def run(x, w, res, cfg):
+    return ops.launch_forward(x, w, res, 1e-6, 0.0, x.dtype, config=cfg)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", default=None)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rep", type=int, default=25, help="do_bench_cudagraph rep (ms)")
+    p.add_argument("--min-n", type=int, default=0, help="only shapes at least this wide")
+    p.add_argument(
+        "--coop", action="store_true", help="also coop_forward.py's mode 3 (fresh counters)"
+    )
+    args = p.parse_args()
+    sms = config.sm_count(0)
+    out = []
+    for m, n, dtype, has_res in SHAPES:
+        if n < args.min_n:
+            continue
+        x = torch.randn(m, n, device="cuda").to(dtype)
+        w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
+        res = torch.randn(m, n, device="cuda").to(dtype) if has_res else None
+        base = heuristic(x, res)
+        h = x if res is None else (x.double() + res.double()).to(dtype)
+        want = h.double() * torch.rsqrt(h.double().pow(2).mean(-1, keepdim=True) + 1e-6)
+        want = want * w.double()
+        cands = {"heuristic": base}
+        for block, warps in GRID[x.element_size()]:
+            c = -(-n // block)
+            if c > sms:
+                continue
+            cands[f"split {c}x{block} w{warps}"] = ForwardConfig(block, 0, warps, split=c)
+        if base.split:  # the chunked walk too, for the record
+            cands["chunked"] = ForwardConfig(config.LOOP_BLOCK, 0, config.LOOP_WARPS)
+        fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
+        if args.coop and not has_res:
+            from coop_forward import coop_forward
+
+            block, warps = GRID[x.element_size()][2]
+            c = -(-n // block)
+            cands[f"coop_forward mode 3 {c}x{block} w{warps}"] = None
+            fns[f"coop_forward mode 3 {c}x{block} w{warps}"] = functools.partial(
+                coop_forward, x, w, 1e-6, c, warps, 1, 3
+            )
+        ok = {}
+        for name, fn in fns.items():
+            try:
+                y = fn()[0]
+                torch.cuda.synchronize()
+                err = (y.double() - want).abs().max().item()
+                ok[name] = err
+            except Exception as e:  # noqa: BLE001 (a config this card refuses: record it)
+                print(f"{m}x{n} {dtype} {name}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+        times = {name: [] for name in ok}
+        for _ in range(args.rounds):
+            for name in ok:
+                times[name].append(do_bench_cudagraph(fns[name], rep=args.rep) * 1e3)
+        med = {name: statistics.median(v) for name, v in times.items()}
+        b = med["heuristic"]
+        tag = f"{m}x{n} {str(dtype)[6:]}{' +res' if has_res else ''}"
+        print(f"{tag}: heuristic {base}", flush=True)
+        for name in sorted(med, key=med.get):
+            print(
+                f"  {name:28s} {med[name]:8.1f} us  {b / med[name]:.3f}x heuristic  "
+                f"err {ok[name]:.3g}",
+                flush=True,
+            )
+        out.append(
+            {
+                "shape": tag,
+                "heuristic": dataclasses.asdict(base),
+                "us": med,
+                "rounds": times,
+                "err": ok,
+            }
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""The split-row forward (``ForwardConfig.split``: each row over ``split`` programs of one
+cooperative launch) against the float64 oracle, with every feature of the one-row kernel
+(weight or none, offset, residual, Llama's rounding, float64, strided rows, weight views).
+
+On the CPU the interpreter runs programs one after another, so only ``split = 1`` can run there
+(one program a row, the same code: publish, wait, scale, reset); on a GPU 2-16 programs a row,
+ragged widths, more rows than the grid holds at once (the persistent walk), CUDA-graph replay,
+and the counters left whole (multiples of the split) for the next launch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_helpers import TOLERANCES, assert_close, oracle, oracle_y
+
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import config, ops
+from rmsnorm_kernel.config import ForwardConfig
+from rmsnorm_kernel.contract import ContractValueError
+
+BF16 = torch.bfloat16
+EPS = 1e-6
+
+
+def _launch(x, w, cfg, *, offset=0.0, residual=None, llama=False, keep_rstd=True):
+    return ops.launch_forward(
+        x, w, residual, EPS, offset, x.dtype, llama=llama, config=cfg, keep_rstd=keep_rstd
+    )
+
+
+def _counters_whole(x, split):
+    """The split kernel's counters of ``split`` on this stream are multiples of ``split`` (each
+    launch adds exactly ``split`` to each row it walks): no arrival lost, none left over."""
+    index = ops._device_index(x)
+    if index is None:
+        return  # the interpreter's launches get fresh zeros each time
+    counts = ops.split_counters(x.device, index, split, 1)
+    assert not (counts % split).any(), f"counters of split={split} not multiples of it"
+
+
+def _split_of(n: int, device: str) -> list[ForwardConfig]:
+    """Split configs covering ``n`` columns: one program a row on the CPU (the interpreter
+    cannot run more), 2-16 on a GPU, each with the narrowest power-of-two block that covers."""
+    splits = (1,) if device == "cpu" else (1, 2, 3, 4, 8, 16)
+    out = []
+    for c in splits:
+        block = 1 << max(0, (-(-n // c) - 1).bit_length())
+        out.append(ForwardConfig(block, 0, 4, split=c))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("n", [1, 300, 1000])
+def test_split_matches_the_oracle(device, dtype, n):
+    m = 5 if device == "cpu" else 300  # on a GPU: more rows than one grid step holds
+    x = torch.randn(m, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    for cfg in _split_of(n, device):
+        y, h, rstd = _launch(x, w, cfg)
+        assert h is None
+        assert_close(y, oracle_y(x, w), dtype, f"y with {cfg}")
+        want_r = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
+        torch.testing.assert_close(rstd.double(), want_r, **TOLERANCES[torch.float32])
+        assert rstd.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+        y2, _, rstd2 = _launch(x, w, cfg)
+        assert torch.equal(y, y2) and torch.equal(rstd, rstd2), f"{cfg} not reproducible"
+        _counters_whole(x, cfg.split)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize("with_weight", [True, False])
+@pytest.mark.parametrize("llama", [False, True])
+def test_split_features(device, offset, with_weight, llama):
+    """Offset, no weight and Llama's rounding (x * r rounded to x's dtype before the weight)."""
+    n = 700
+    x = torch.randn(4, n, device=device).to(BF16)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(BF16) if with_weight else None
+    for cfg in _split_of(n, device):
+        y, _, _ = _launch(x, w, cfg, offset=offset, llama=llama)
+        plain, _, _ = _launch(x, w, ForwardConfig(1024, 0, 4), offset=offset, llama=llama)
+        assert_close(y, oracle_y(x, w, offset=offset), BF16, f"y with {cfg}")
+        # one pass over the same row: the same function, within one rounding of the sum order
+        torch.testing.assert_close(y.float(), plain.float(), atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, BF16], ids=str)
+def test_split_residual(device, dtype):
+    """h = x + residual, rounded to x's dtype, is returned and normalised."""
+    n = 513
+    x = torch.randn(6, n, device=device).to(dtype)
+    res = torch.randn(6, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    dy = torch.zeros(6, n, device=device, dtype=dtype)
+    want_y, want_h, *_ = oracle(x, w, dy, EPS, residual=res)
+    for cfg in _split_of(n, device):
+        y, h, _ = _launch(x, w, cfg, residual=res)
+        assert torch.equal(h, (x.double() + res.double()).to(dtype)), f"h with {cfg}"
+        assert_close(y, want_y, dtype, f"y with {cfg}")
+        assert_close(h, want_h, dtype, f"h with {cfg}")
+
+
+def test_split_strided_rows_and_weight_view(device):
+    """Rows with a row stride wider than N and a weight read with its own stride."""
+    n = 400
+    big = torch.randn(7, 1000, device=device)
+    x = big[:, 100 : 100 + n]
+    wbig = torch.randn(n, 3, device=device)
+    w = wbig[:, 1]  # stride 3
+    for cfg in _split_of(n, device):
+        y, _, _ = _launch(x, w, cfg)
+        assert_close(y, oracle_y(x, w), torch.float32, f"y with {cfg}")
+
+
+def test_split_inference_skips_rstd(device):
+    x = torch.randn(3, 260, device=device)
+    w = torch.randn(260, device=device)
+    y, _, rstd = _launch(x, w, _split_of(260, device)[-1], keep_rstd=False)
+    assert rstd is None
+    assert_close(y, oracle_y(x, w), torch.float32, "y without rstd")
+
+
+def test_split_config_is_checked(device):
+    """Bad split configs are refused by field name, before any output is written."""
+    x = torch.randn(4, 300, device=device)
+    w = torch.randn(300, device=device)
+    cases = [
+        (ForwardConfig(128, 0, 4, split=2), "split \\* block >= N = 300"),
+        (ForwardConfig(512, 2, 4, split=1), "rows == 0"),
+        (ForwardConfig(512, 0, 4, split=-1), "split must be >= 0"),
+        (ForwardConfig(512, 0, 4, split=1, pdl=True), "takes none of pdl"),
+        (ForwardConfig(512, 0, 4, split=1, stages=2, evict_last=True), "evict_last, stages"),
+    ]
+    if device == "cpu":
+        cases.append((ForwardConfig(256, 0, 4, split=2), "needs compiled kernels on a GPU"))
+    else:
+        sms = config.SPLIT_PROGRAMS_PER_SM * config.sm_count(x.get_device())
+        cases.append((ForwardConfig(512, 0, 4, split=sms + 1), "programs this GPU keeps"))
+    for cfg, match in cases:
+        with pytest.raises(ContractValueError, match=match):
+            _launch(x, w, cfg)
+
+
+@pytest.mark.gpu
+def test_split_wide_rows_and_graph_replay():
+    """Rows of 131072 columns over 8 programs, more rows than the grid: eager, then captured in
+    a CUDA graph and replayed twice (the graph's counters are its own), the same bits each way;
+    through autograd with the heuristic's config the gradient matches the oracle."""
+    x = torch.randn(70, 131072 - 5, device="cuda").to(BF16)
+    w = (1 + 0.5 * torch.randn(x.shape[1], device="cuda")).to(BF16)
+    cfg = ForwardConfig(16384, 0, 8, split=8)
+    y, _, rstd = _launch(x, w, cfg)
+    assert_close(y, oracle_y(x, w), BF16, "y, 131067 columns over 8 programs")
+    _counters_whole(x, 8)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        _launch(x, w, cfg)  # warm up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        yg, _, rg = _launch(x, w, cfg)
+    for _ in range(2):
+        yg.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(yg, y) and torch.equal(rg, rstd), "graph replay differs from eager"
+    _counters_whole(x, 8)
+
+
+@pytest.mark.gpu
+def test_heuristic_split_forward_through_autograd():
+    """Whatever forward the heuristic takes at the widest rows, the gradients match the oracle."""
+    n = 262144
+    x = torch.randn(3, n, device="cuda").to(BF16).requires_grad_()
+    w = (1 + 0.5 * torch.randn(n, device="cuda")).to(BF16).requires_grad_()
+    y = rk.rmsnorm(x, w, EPS)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    want_y, _, want_dx, want_dw, _ = oracle(x, w, dy, EPS)
+    assert_close(y, want_y, BF16, "y")
+    assert_close(x.grad, want_dx, BF16, "dx")
+    assert_close(w.grad.float(), want_dw.float(), BF16, "dw")
