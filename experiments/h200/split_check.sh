@@ -7,10 +7,8 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/split_tune.log"
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/kernel/test_split_forward.py \
-  tests/kernel/test_config.py "tests/kernel/test_gpu.py::test_wide_rows_gpu" \
-  tests/kernel/test_features.py -k "split or wide or evict or no_weight or gemma or config" \
-  tests/kernel/test_forward_variants.py > "$OUT/split_pytest.log" 2>&1
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel/test_split_forward.py \
+  "tests/kernel/test_gpu.py::test_wide_rows_gpu" > "$OUT/split_pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$OUT/split_pytest.log"
 timeout 240 python3 experiments/kernel_perf/split_tune.py --min-n 100000 --coop \
   --json "$OUT/split_tune.json" 2>&1 | grep -v -i warn | tee -a "$OUT/split_tune.log"

@@ -680,7 +680,7 @@ SPLIT_PROGRAMS_PER_SM = 1
 #: 2048 x 32768 94.7 against 115.3), nor float32 1024 x 65536 (227.1 against 225.0 chunked).
 #: Narrower chunks lose (a step's wait is paid per chunk: bf16 8192 x 8 warps 163.3 at 512 x
 #: 131072), wider ones spill.
-SPLIT_ABOVE_N = 65536
+SPLIT_MIN_N = 131072
 SPLIT_FORWARD = {2: (16384, 8), 4: (8192, 16)}
 
 
@@ -845,7 +845,7 @@ def _forward_geometry(
     if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
-    if n > SPLIT_ABOVE_N and not float64 and itemsize in SPLIT_FORWARD:
+    if n >= SPLIT_MIN_N and not float64 and itemsize in SPLIT_FORWARD:
         block, warps = SPLIT_FORWARD[itemsize]
         split = -(-n // block)
         if cooperative_here(device_index) and split <= split_programs(device_index):

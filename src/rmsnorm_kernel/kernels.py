@@ -281,16 +281,24 @@ def _split_task_row(t, tasks, C: tl.constexpr):
 
 @triton.jit
 def _split_load(
-    X, RES, row, cols, mask, stride_x, stride_res, t, tasks, HAS_RESIDUAL: tl.constexpr
-):
-    """``(x, residual)`` chunks of ``row`` (task ``t``) in their dtypes, zeros past the row's end
-    or for a task past the last (the residual a scalar 0 where there is none: unused)."""
-    live = mask & (cols * 0 + t < tasks)
-    x = tl.load(X + row * stride_x + cols, mask=live, other=0.0)
+    X, RES, COUNT, row, cols, mask, stride_x, stride_res, t, tasks,
+    C: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):  # fmt: skip
+    """``(x, residual, target)`` for task ``t``: this program's chunks of ``row`` in their dtypes
+    (zeros past the row's end or for a task past the last; the residual a scalar 0 where there
+    is none), and the count of ``row``'s counter at which all C programs of the row have arrived
+    in this launch. Counters are never reset: each launch of a given C adds exactly C to every
+    row it walks (int64: no wrap), so before the launch a row's count is a multiple of C, and
+    read before this program's own arrival (the load is two steps ahead of it) it is below that
+    multiple + C: rounded down, it gives the multiple. A plain load issued with the chunk's, so
+    its latency hides behind two steps (an atomic's returned value would be broadcast at once)."""
+    live = cols * 0 + t < tasks
+    x = tl.load(X + row * stride_x + cols, mask=mask & live, other=0.0)
     res = tl.zeros([], dtype=tl.float32)  # unused: one register, not a second copy of the chunk
     if HAS_RESIDUAL:
-        res = tl.load(RES + row * stride_res + cols, mask=live, other=0.0)
-    return x, res
+        res = tl.load(RES + row * stride_res + cols, mask=mask & live, other=0.0)
+    seen = tl.load(COUNT + row, volatile=True)
+    return x, res, seen - seen % C + C
 
 
 @triton.jit
@@ -299,13 +307,9 @@ def _split_publish(
     C: tl.constexpr, C_POW2: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ACC: tl.constexpr,
 ):  # fmt: skip
     """Store this chunk's sum of squares as ``row``'s partial ``chunk`` and arrive on the row's
-    counter (release: the partial is visible before the arrival). Returns ``(chunk, target)``:
-    the chunk the output scales (x, or x + residual rounded to H's dtype, what the caller
-    receives as h; stored here), and the count at which all C programs of the row have arrived
-    in this launch. Counters are never reset: every launch of a given C adds exactly C to each
-    row it walks (int64: no wrap), so a row's count is a multiple of C before the launch and
-    ``old - old % C + C`` after its C arrivals. A task past the last (``t >= tasks``) stores and
-    arrives nowhere (its target is never waited on)."""
+    counter (release: the partial is visible before the arrival). Returns the chunk the output
+    scales: x, or x + residual rounded to H's dtype (what the caller receives as h; stored
+    here). A task past the last (``t >= tasks``) stores and arrives nowhere."""
     live = tl.full([], t, tl.int32) < tasks  # a tensor also where t is an int (interpreter)
     chunk = tl.program_id(0) % C
     if HAS_RESIDUAL:
@@ -314,8 +318,8 @@ def _split_publish(
     xf = x.to(ACC)
     tl.store(PART + row * C_POW2 + chunk, tl.sum(xf * xf, axis=0), mask=live)
     tl.debug_barrier()  # every thread's part of the sum stored before the (one-thread) release
-    old = tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
-    return x, old - old % C + C
+    tl.atomic_add(COUNT + row, 1, mask=live, sem="release", scope="gpu")
+    return x
 
 
 @triton.jit
@@ -356,7 +360,7 @@ def rmsnorm_forward_split_kernel(
     H,  # pointer to the output x + residual (M, N), contiguous (written only when HAS_RESIDUAL)
     RSTD,  # pointer to the inverse RMS per row (M,), ACC dtype
     PART,  # (M, C_POW2) ACC scratch: each row's partial sums of squares, one per chunk
-    COUNT,  # (M,) int64 arrival counters of this C, multiples of C (see _split_publish)
+    COUNT,  # (M,) int64 arrival counters of this C, multiples of C (see _split_load)
     stride_x,
     stride_res,
     stride_w,
@@ -402,20 +406,23 @@ def rmsnorm_forward_split_kernel(
         w = tl.zeros([BLOCK], dtype=ACC)  # unused
     tasks = M * C
     row0 = _split_task_row(pid, tasks, C)
-    x0, r0 = _split_load(X, RES, row0, cols, mask, stride_x, stride_res, pid, tasks, HAS_RESIDUAL)
-    x_cur, target = _split_publish(
+    x0, r0, target = _split_load(
+        X, RES, COUNT, row0, cols, mask, stride_x, stride_res, pid, tasks, C, HAS_RESIDUAL
+    )
+    x_cur = _split_publish(
         PART, COUNT, H, row0, x0, r0, cols, mask, N, pid, tasks, C, C_POW2, HAS_RESIDUAL, ACC
     )
     row1 = _split_task_row(pid + g, tasks, C)
-    x_n1, r_n1 = _split_load(
-        X, RES, row1, cols, mask, stride_x, stride_res, pid + g, tasks, HAS_RESIDUAL
+    x_n1, r_n1, target_n1 = _split_load(
+        X, RES, COUNT, row1, cols, mask, stride_x, stride_res, pid + g, tasks, C, HAS_RESIDUAL
     )
     for t in range(pid, tasks, g):
         row2 = _split_task_row(t + 2 * g, tasks, C)
-        x_n2, r_n2 = _split_load(
-            X, RES, row2, cols, mask, stride_x, stride_res, t + 2 * g, tasks, HAS_RESIDUAL
-        )
-        h_n1, target_n1 = _split_publish(
+        x_n2, r_n2, target_n2 = _split_load(
+            X, RES, COUNT, row2, cols, mask, stride_x, stride_res, t + 2 * g, tasks, C,
+            HAS_RESIDUAL,
+        )  # fmt: skip
+        h_n1 = _split_publish(
             PART, COUNT, H, _split_task_row(t + g, tasks, C), x_n1, r_n1, cols, mask, N, t + g,
             tasks, C, C_POW2, HAS_RESIDUAL, ACC,
         )  # fmt: skip
@@ -426,6 +433,7 @@ def rmsnorm_forward_split_kernel(
         )  # fmt: skip
         x_cur = h_n1
         target = target_n1
+        target_n1 = target_n2
         x_n1 = x_n2
         r_n1 = r_n2
 
