@@ -1,6 +1,9 @@
 """A forward for rows wider than one SM's registers (N >= 65536 bf16) that reads x from HBM once:
-each row split over C programs of one *cooperative* launch. Not used by the package (issue 17:
-the package walks such a row twice, 0.69x quack at 512 x 131072 on the H200, 36th session).
+each row split over C programs of one *cooperative* launch. Mode 3 became the package's
+split-row forward (``kernels.rmsnorm_forward_split_kernel``, ``ForwardConfig.split``, 37th
+session), with never-reset counters in place of this file's fresh zeros; this file stays as the
+record of the schedules, and is still 7-11% faster than the package's kernel
+(``split_tune.py --coop``), for reasons not yet found.
 Mode 0 is ``wide_forward.split_row_coop_kernel``'s schedule (sixth session of 2026-11-30, measured
 at 65536 columns only); modes 1-3 overlap the loads with the wait (README, 36th session).
 

@@ -668,18 +668,26 @@ def check_forward_stages(config: ForwardConfig, x_size: int, w_size: int, index)
 SPLIT_PROGRAMS_PER_SM = 1
 
 
-#: Rows wider than this (16-bit or float32 x; float64 not measured) split over programs of one
-#: cooperative launch, SPLIT_FORWARD[x's element size] = (block, warps): x read from DRAM once,
-#: where the chunked walk reads it twice. Graph replay on an H100, 3 interleaved rounds
-#: (experiments/kernel_perf/split_tune.py, 37th session; results/h100_2026-12-05e), against the
-#: chunked walk: bf16 512 x 131072 119.0 us vs 131.7, 256 x 262144 120.8 vs 142.9, 128 x 524288
-#: 125.4 vs 149.5, 64 x 1048576 132.5 vs 184.5, 8 x 262144 7.0 vs 22.4, 1024 x 100000 198.6 vs
-#: 200.6 (a tie), fp16 512 x 131072 118.4 vs 130.2, bf16 + residual 204.9 vs 228.4; float32
-#: (8192, 16) 512 x 131072 227.6 vs 278.5, 256 x 262144 234.7 vs 283.2. Not at 65536 and
-#: narrower, where one program holds the row (bf16 packed 1024 x 65536 94.6 against 117.9 split,
-#: 2048 x 32768 94.7 against 115.3), nor float32 1024 x 65536 (227.1 against 225.0 chunked).
-#: Narrower chunks lose (a step's wait is paid per chunk: bf16 8192 x 8 warps 163.3 at 512 x
-#: 131072), wider ones spill.
+#: Rows at least this wide (16-bit or float32 x; float64 not measured) split over programs of
+#: one cooperative launch, SPLIT_FORWARD[x's element size] = (block, warps): x read from DRAM
+#: once, where the chunked walk reads it twice. Graph replay, 3 interleaved rounds, against the
+#: chunked walk in the same run (experiments/kernel_perf/split_tune.py, 37th session):
+#:   H100, the landed kernel (results/h100_2026-12-05e/v3_*): bf16 512 x 131072 123.0 us vs
+#:   140.5, 256 x 262144 124.3 vs 142.8, 128 x 524288 125.3 vs 147.8, 64 x 1048576 133.7 vs
+#:   187.1, 8 x 262144 7.1 vs 22.6, 1024 x 150000 285.1 vs 322.0; fp16 512 x 131072 122.7 vs
+#:   140.2; bf16 + residual 197.4 vs 226.4; float32 (8192, 16) 512 x 131072 231.3 vs 277.6,
+#:   256 x 262144 233.0 vs 282.3.
+#:   H200, the kernel one change before (its target read from a returned atomic; results/
+#:   h200_2026-12-05f): bf16 104.0 vs 105.1, 103.4 vs 104.9, 104.9 vs 114.5, 111.7 vs 157.5,
+#:   6.6 vs 22.4 at the same shapes; fp16 101.8 vs 103.4; + residual 159.0 vs 163.5; float32
+#:   192.5 vs 205.7, 198.5 vs 205.3. The H200's chunked walk is much closer (why: not
+#:   measured), and quack's cluster forward far ahead (68.2 us at 512 x 131072, bench of
+#:   2026-12-05).
+#: Not below 131072: bf16 1024 x 100000 lost on both (H200 172.1 vs 159.8, H100 205.4 vs 200.8);
+#: at 65536 and narrower one program holds the row (bf16 packed 1024 x 65536 94.6 against 117.9
+#: split on an H100, 2048 x 32768 94.7 against 115.3; float32 1024 x 65536 225.0 chunked against
+#: 227.1). Narrower chunks lose (a step's wait is paid per chunk: bf16 8192 x 8 warps 147.1 at
+#: 512 x 131072 on the H100), wider ones spill; 16 warps lose for bf16 (135.9).
 SPLIT_MIN_N = 131072
 SPLIT_FORWARD = {2: (16384, 8), 4: (8192, 16)}
 

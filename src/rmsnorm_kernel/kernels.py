@@ -1,4 +1,5 @@
-"""The Triton kernels, and nothing else: forward (one row or several rows per program), backward
+"""The Triton kernels, and nothing else: forward (one row or several rows per program, or one
+row over several programs of a cooperative launch), backward
 (dx, and dweight finished in the same launch or by a second, fixed-order sum launch), and the row
 reduction that wide backward rows need first.
 
@@ -15,7 +16,8 @@ load as ACC -> reduce -> store. Row offsets are int64 so tensors over 2**31 elem
 correctly.
 
 Determinism: the only atomics are integer counters that decide WHICH program adds two dweight
-partials, never the ORDER of float additions. The partials are summed over a fixed tree (a
+partials (or, in the split-row forward, when a row's partial sums of squares are all there),
+never the ORDER of float additions. The partials are summed over a fixed tree (a
 node adds its children's slots in index order, whichever child arrives last to do it, so who
 adds gives the same bits) or, in the second launch, column by column in row order; either way
 dweight is bitwise reproducible whatever the scheduling.
