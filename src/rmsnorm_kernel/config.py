@@ -713,6 +713,18 @@ def split_grid(config: ForwardConfig, m: int, device_index: int | None) -> int:
     return max(c, min(m * c, split_programs(device_index)) // c * c)
 
 
+def check_split_tasks(m: int, split: int, grid: int) -> None:
+    """The split kernel walks ``m * split`` tasks with int32 indices, up to two steps (``2 *
+    grid``) past the last: refuse a launch where they would overflow (only an explicit config
+    over about 2**31 / split rows can reach it; the heuristic splits rows of 131072 columns and
+    more, whose tensors would need terabytes)."""
+    if m * split + 2 * grid > 2**31 - 1:
+        raise ContractValueError(
+            f"ForwardConfig.split: M * split must stay below 2**31 - 2 * programs (got M={m}, "
+            f"split={split}, {grid} programs); use fewer programs a row"
+        )
+
+
 def check_forward_split(config: ForwardConfig, device_index: int | None) -> None:
     """An explicit split config must be able to run here: all of a row's programs resident at
     once (``split`` <= the SMs; Triton's interpreter runs programs one after another: 1)."""

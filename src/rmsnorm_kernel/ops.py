@@ -32,6 +32,7 @@ from .config import (
     check_forward_split,
     check_forward_stages,
     check_pdl,
+    check_split_tasks,
     forward_config,
     hopper,
     split_grid,
@@ -128,7 +129,7 @@ def tree_counters(device: torch.device, index: int | None, size: int) -> torch.T
 
 
 #: Arrival counters of the split-row forward per (device, stream, programs per row): never reset
-#: (each launch adds exactly ``split`` to each row it walks, see kernels._split_publish).
+#: (each launch adds exactly ``split`` to each row it walks, see kernels._split_load).
 _SPLIT_COUNTERS: dict[tuple[int, int, int], torch.Tensor] = {}
 
 
@@ -292,11 +293,13 @@ def launch_forward(
     pdl = config.pdl
     if config.split:
         c = config.split
+        grid = split_grid(config, m, index)
+        check_split_tasks(m, c, grid)
         c_pow2 = 1 << (c - 1).bit_length()
         part = torch.empty(m * c_pow2, device=x2.device, dtype=acc)
         count = split_counters(x2.device, index, c, m)
         FORWARD_SPLIT.launch(
-            (split_grid(config, m, index),),
+            (grid,),
             (x2, r, w, y, h if has_r else y, rs, part, count, sx, sr, sw, m, n),
             floats,
             (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store),

@@ -181,3 +181,14 @@ def test_heuristic_split_forward_through_autograd():
     assert_close(y, want_y, BF16, "y")
     assert_close(x.grad, want_dx, BF16, "dx")
     assert_close(w.grad.float(), want_dw.float(), BF16, "dw")
+
+
+def test_split_task_count_must_fit_int32():
+    """The kernel's task indices are int32, two grid steps past the last task included: a
+    launch that would overflow them is refused by name (no tensor that large is needed here)."""
+    config.check_split_tasks(1000, 16, 128)
+    config.check_split_tasks(2**31 - 1 - 256, 1, 128)
+    with pytest.raises(ContractValueError, match="M \\* split must stay below 2\\*\\*31"):
+        config.check_split_tasks(2**31 // 16, 16, 128)
+    with pytest.raises(ContractValueError, match="M \\* split"):
+        config.check_split_tasks(2**31 - 1 - 255, 1, 128)
