@@ -698,9 +698,25 @@ def cooperative_here(device_index: int | None) -> bool:
     return BACKEND != "interpreter" and device_index is not None and torch.version.hip is None
 
 
+#: The most programs a split-row launch may take per device, where the driver refused a
+#: cooperative grid of one program per SM (a context that sees fewer SMs than the device has:
+#: MPS with a lower active thread percentage, green contexts); absent: no refusal yet.
+SPLIT_GRID_CAP: dict[int, int] = {}
+
+
 def split_programs(device_index: int) -> int:
-    """The most programs of a split-row forward resident at once on this GPU."""
-    return SPLIT_PROGRAMS_PER_SM * sm_count(device_index)
+    """The most programs of a split-row forward resident at once on this GPU: one per SM, or
+    fewer where a launch was refused (SPLIT_GRID_CAP)."""
+    return min(
+        SPLIT_PROGRAMS_PER_SM * sm_count(device_index), SPLIT_GRID_CAP.get(device_index, 1 << 30)
+    )
+
+
+def cap_split_grid(device_index: int, programs: int) -> None:
+    """Record that ``device_index`` keeps at most ``programs`` split-row programs resident:
+    later grids, explicit configs' checks and the heuristic (whose cache is cleared) take it."""
+    SPLIT_GRID_CAP[device_index] = min(programs, SPLIT_GRID_CAP.get(device_index, programs))
+    forward_config.cache_clear()
 
 
 def split_grid(config: ForwardConfig, m: int, device_index: int | None) -> int:

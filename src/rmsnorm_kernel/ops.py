@@ -10,6 +10,7 @@ config (:mod:`.config`): the heuristic's, or one passed explicitly. Every launch
 from __future__ import annotations
 
 import functools
+import logging
 import struct
 
 import torch
@@ -29,6 +30,7 @@ from .config import (
     BackwardConfig,
     ForwardConfig,
     backward_config,
+    cap_split_grid,
     check_forward_split,
     check_forward_stages,
     check_pdl,
@@ -219,6 +221,14 @@ def _evict(config: ForwardConfig) -> str:
     return "evict_last" if config.evict_last else ""
 
 
+def _heuristic_forward(x2, residual2, m, n, index, acc) -> ForwardConfig:
+    """The heuristic's forward config for these rows (:func:`config.forward_config`)."""
+    # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
+    packable = x2.dtype if x2.element_size() == 2 and residual2 is None else None
+    row_bytes = n * x2.element_size() if residual2 is None else 0
+    return forward_config(m, n, index, acc == torch.float64, packable, row_bytes, x2.element_size())
+
+
 def launch_forward(
     x2: torch.Tensor,
     weight: torch.Tensor | None,
@@ -255,13 +265,9 @@ def launch_forward(
         return y, h, (torch.empty(0, device=x2.device, dtype=acc) if keep_rstd else None)
     index = _device_index(x2)
     half = x2.element_size() == 2
+    explicit = config is not None
     if config is None:
-        # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
-        packable = x2.dtype if half and residual2 is None else None
-        row_bytes = n * x2.element_size() if residual2 is None else 0
-        config = forward_config(
-            m, n, index, acc == torch.float64, packable, row_bytes, x2.element_size()
-        )
+        config = _heuristic_forward(x2, residual2, m, n, index, acc)
     else:
         config.check(n)
         check_pdl("ForwardConfig.pdl", config.pdl, index)
@@ -298,16 +304,25 @@ def launch_forward(
         c_pow2 = 1 << (c - 1).bit_length()
         part = torch.empty(m * c_pow2, device=x2.device, dtype=acc)
         count = split_counters(x2.device, index, c, m)
-        FORWARD_SPLIT.launch(
-            (grid,),
-            (x2, r, w, y, h if has_r else y, rs, part, count, sx, sr, sw, m, n),
-            floats,
-            (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store),
-            config.num_warps,
-            1,
-            index,
-        )
-    elif rows:
+        args = (x2, r, w, y, h if has_r else y, rs, part, count, sx, sr, sw, m, n)
+        consts = (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store)
+        if _launch_split(grid, c, args, floats, consts, config.num_warps, index):
+            return y, h, rstd
+        if explicit:
+            raise ContractValueError(
+                f"ForwardConfig.split={c}: this GPU context cannot keep one row's {c} programs "
+                "resident at once (it sees fewer SMs than the device has, e.g. under MPS); use "
+                "a config without split"
+            )
+        # the heuristic now knows the device's cap: a smaller split, or the chunked walk
+        config = _heuristic_forward(x2, residual2, m, n, index, acc)
+        block, rows = config.block, config.rows
+        if config.split:
+            return launch_forward(
+                x2, weight, residual2, eps, offset, out_dtype, stride_x=sx, stride_res=sr,
+                llama=llama, config=config, keep_rstd=keep_rstd,
+            )  # fmt: skip
+    if rows:
         FORWARD_ROWS.launch(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
             (x2, r, w, y, h if has_r else y, rs, sx, sr, sw, m, n),
@@ -347,6 +362,38 @@ def launch_forward(
             pdl,
         )
     return y, h, rstd
+
+
+log = logging.getLogger("rmsnorm_kernel")
+
+
+def _launch_split(grid, c, args, floats, consts, num_warps, index) -> bool:
+    """Launch the split-row forward on ``grid`` programs, or on fewer where the driver refuses a
+    cooperative grid that large ("too many blocks in cooperative launch": nothing ran). The
+    grid is persistent: any multiple of ``c`` walks every task, and a row's sum does not depend
+    on it (the same bits). So the grid is halved until it launches, and the device's cap is
+    recorded (:func:`config.cap_split_grid`) and logged. Returns False, with nothing launched,
+    where not even one row's ``c`` programs are resident at once."""
+    while True:
+        try:
+            FORWARD_SPLIT.launch((grid,), args, floats, consts, num_warps, 1, index)
+            return True
+        except RuntimeError as e:
+            if "cooperative launch" not in str(e):
+                raise
+            fewer = grid // 2 // c * c
+            cap_split_grid(index, max(fewer, grid // 2))
+            log.warning(
+                "the split-row forward's cooperative grid of %d programs was refused on device "
+                "%s (%s); %s",
+                grid,
+                index,
+                e,
+                f"launching {fewer} instead" if fewer >= c else f"{c} a row cannot be resident",
+            )
+            if fewer < c:
+                return False
+            grid = fewer
 
 
 def launch_backward(

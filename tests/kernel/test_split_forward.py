@@ -192,3 +192,88 @@ def test_split_task_count_must_fit_int32():
         config.check_split_tasks(2**31 // 16, 16, 128)
     with pytest.raises(ContractValueError, match="M \\* split"):
         config.check_split_tasks(2**31 - 1 - 255, 1, 128)
+
+
+class _Refusing:
+    """Stands in for ops.FORWARD_SPLIT: refuses cooperative grids wider than ``most`` programs
+    as the driver does (nothing runs), launches the others through ``real`` (if any)."""
+
+    def __init__(self, most, real=None):
+        self.most, self.real, self.grids = most, real, []
+
+    def launch(self, grid, *args, **kwargs):
+        self.grids.append(grid[0])
+        if grid[0] > self.most:
+            raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
+        if self.real is not None:
+            self.real.launch(grid, *args, **kwargs)
+
+
+class _Failing:
+    def launch(self, *args, **kwargs):
+        raise RuntimeError("Triton Error [CUDA]: an illegal memory access was encountered")
+
+
+@pytest.fixture
+def no_cap(monkeypatch):
+    monkeypatch.setattr(config, "SPLIT_GRID_CAP", {})
+    yield
+    config.forward_config.cache_clear()
+
+
+def test_a_refused_grid_is_halved_and_capped(no_cap, monkeypatch, caplog):
+    """A context that keeps fewer programs resident than the SMs say (MPS): the grid is halved
+    until the driver takes it, the device's cap kept and logged; not even one row's programs:
+    False, nothing launched. Any other launch error is raised as it is."""
+    refusing = _Refusing(most=40)
+    monkeypatch.setattr(ops, "FORWARD_SPLIT", refusing)
+    with caplog.at_level("WARNING", logger="rmsnorm_kernel"):
+        assert ops._launch_split(128, 8, (), (), (), 8, 7)
+    assert refusing.grids == [128, 64, 32]
+    assert config.SPLIT_GRID_CAP[7] == 32
+    assert "launching 64 instead" in caplog.text and "launching 32 instead" in caplog.text
+    tight = _Refusing(most=4)
+    monkeypatch.setattr(ops, "FORWARD_SPLIT", tight)
+    assert not ops._launch_split(8, 8, (), (), (), 8, 7)
+    assert tight.grids == [8] and config.SPLIT_GRID_CAP[7] == 4
+    monkeypatch.setattr(ops, "FORWARD_SPLIT", _Failing())
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        ops._launch_split(128, 8, (), (), (), 8, 7)
+
+
+def test_an_explicit_split_no_context_can_hold_is_refused_by_name(no_cap, monkeypatch, device):
+    x = torch.randn(3, 300, device=device)
+    monkeypatch.setattr(ops, "FORWARD_SPLIT", _Refusing(most=0))
+    with pytest.raises(ContractValueError, match="split=1: this GPU context cannot keep"):
+        _launch(x, None, ForwardConfig(512, 0, 4, split=1))
+
+
+def test_the_heuristic_takes_another_config_when_split_cannot_launch(
+    no_cap, monkeypatch, device, caplog
+):
+    """The heuristic's split config refused even at one row's programs: the heuristic, which
+    now sees the device's cap, is asked again (here: the one-row kernel), and that is logged."""
+    x = torch.randn(3, 300, device=device)
+    w = torch.randn(300, device=device)
+    configs = iter([ForwardConfig(512, 0, 4, split=1), ForwardConfig(512, 0, 4)])
+    monkeypatch.setattr(ops, "_heuristic_forward", lambda *args: next(configs))
+    monkeypatch.setattr(ops, "FORWARD_SPLIT", _Refusing(most=0))
+    with caplog.at_level("WARNING", logger="rmsnorm_kernel"):
+        y, _, rstd = ops.launch_forward(x, w, None, EPS, 0.0, x.dtype)
+    assert_close(y, oracle_y(x, w), torch.float32, "y after the refused split")
+    assert rstd.shape == (3,) and "cannot be resident" in caplog.text
+
+
+@pytest.mark.gpu
+def test_a_grid_wider_than_the_gpu_holds_is_halved_on_the_gpu(no_cap, monkeypatch):
+    """On a real GPU: with the SM count doubled the first cooperative grid (two programs per SM
+    at 255 registers) is refused by the driver; the halved one runs, the same bits as before."""
+    x = torch.randn(300, 131072, device="cuda").to(BF16)
+    w = (1 + 0.5 * torch.randn(131072, device="cuda")).to(BF16)
+    cfg = ForwardConfig(16384, 0, 8, split=8)
+    y, _, rstd = _launch(x, w, cfg)
+    sms = config.sm_count(0)
+    monkeypatch.setattr(config, "sm_count", lambda index: 2 * sms)
+    y2, _, rstd2 = _launch(x, w, cfg)
+    assert torch.equal(y, y2) and torch.equal(rstd, rstd2)
+    assert config.SPLIT_GRID_CAP[0] <= sms
