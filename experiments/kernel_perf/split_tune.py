@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
+import inspect
 import json
 import statistics
+import tempfile
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -51,6 +54,62 @@ GRID = {
 }
 
 
+#: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
+#: old string must occur once: a kernel that changed fails loudly), for A/B in one process:
+#: ``carry``: the counter read two steps ahead is rounded to its target at the wait, not at the
+#: load (its value then first used two steps later); ``cg``: that read an L2 (device-scope)
+#: load instead of ``volatile`` (system scope, LDG.E.64.STRONG.SYS in SASS); ``carry_cg``: both.
+_CARRY = [
+    ("    return x, res, seen - seen % C + C", "    return x, res, seen"),
+    (
+        '    seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")\n    while seen',
+        "    target = target - target % C + C\n"
+        '    seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")\n    while seen',
+    ),
+]
+_CG = [
+    (
+        "    seen = tl.load(COUNT + row, volatile=True)",
+        '    seen = tl.load(COUNT + row, cache_modifier=".cg")',
+    )
+]
+VARIANTS = {"carry": _CARRY, "cg": _CG, "carry_cg": _CARRY + _CG}
+
+
+def variant_kernel(name):
+    """The split kernel of VARIANTS[name], compiled from a patched copy of kernels.py imported
+    as a module of the package (its relative imports resolve), in a cooperative CachedKernel."""
+    from rmsnorm_kernel import kernels
+    from rmsnorm_kernel.launch import CachedKernel
+
+    src = inspect.getsource(kernels)
+    for old, new in VARIANTS[name]:
+        if src.count(old) != 1:
+            raise SystemExit(f"variant {name}: {old!r} occurs {src.count(old)} times")
+        src = src.replace(old, new)
+    path = f"{tempfile.mkdtemp()}/kernels_{name}.py"
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"rmsnorm_kernel.kernels_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return CachedKernel(module.rmsnorm_forward_split_kernel, cooperative=True)
+
+
+def with_kernel(kernel, fn):
+    """``fn`` with ops.FORWARD_SPLIT swapped for ``kernel`` while it runs (graph capture too)."""
+
+    def call():
+        real = ops.FORWARD_SPLIT
+        ops.FORWARD_SPLIT = kernel
+        try:
+            return fn()
+        finally:
+            ops.FORWARD_SPLIT = real
+
+    return call
+
+
 def heuristic(x, residual):
     m, n = x.shape
     half = x.element_size() == 2
@@ -72,7 +131,15 @@ def main():
     p.add_argument(
         "--coop", action="store_true", help="also coop_forward.py's mode 3 (fresh counters)"
     )
+    p.add_argument(
+        "--variants",
+        default="",
+        help=f"comma-separated, of {sorted(VARIANTS)}: the heuristic's"
+        " config through each variant of the split kernel",
+    )
+    p.add_argument("--quick", action="store_true", help="only the heuristic, chunked, variants")
     args = p.parse_args()
+    variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
     sms = config.sm_count(0)
     out = []
     for m, n, dtype, has_res in SHAPES:
@@ -86,7 +153,7 @@ def main():
         want = h.double() * torch.rsqrt(h.double().pow(2).mean(-1, keepdim=True) + 1e-6)
         want = want * w.double()
         cands = {"heuristic": base}
-        for block, warps in GRID[x.element_size()]:
+        for block, warps in [] if args.quick else GRID[x.element_size()]:
             c = -(-n // block)
             if c > sms:
                 continue
@@ -94,6 +161,10 @@ def main():
         if base.split:  # the chunked walk too, for the record
             cands["chunked"] = ForwardConfig(config.LOOP_BLOCK, 0, config.LOOP_WARPS)
         fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
+        if base.split:
+            for v, kernel in variants.items():
+                cands[f"variant {v}"] = base
+                fns[f"variant {v}"] = with_kernel(kernel, fns["heuristic"])
         if args.coop and not has_res:
             from coop_forward import coop_forward
 
