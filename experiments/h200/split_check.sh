@@ -8,8 +8,9 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/split_tune.log"
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel/test_split_forward.py \
-  "tests/kernel/test_gpu.py::test_wide_rows_gpu" > "$OUT/split_pytest.log" 2>&1
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernel/test_split_forward.py \
+  tests/kernel/test_experiment_split_variants.py "tests/kernel/test_gpu.py::test_wide_rows_gpu" \
+  > "$OUT/split_pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$OUT/split_pytest.log"
 timeout 330 python3 experiments/kernel_perf/split_tune.py --min-n 100000 --coop \
   --variants "${VARIANTS-carry,cg,carry_cg}" --json "$OUT/split_tune.json" 2>&1 \
