@@ -744,12 +744,12 @@ def check_split_tasks(m: int, split: int, grid: int) -> None:
 def check_forward_split(config: ForwardConfig, device_index: int | None) -> None:
     """An explicit split config must be able to run here: all of a row's programs resident at
     once (``split`` <= the SMs; Triton's interpreter runs programs one after another: 1)."""
-    if device_index is not None and BACKEND != "interpreter" and not cooperative_here(device_index):
-        raise ContractValueError(
-            "ForwardConfig.split needs a cooperative launch (launch_cooperative_grid), which "
-            "Triton has for NVIDIA GPUs only"
-        )
-    if device_index is None or BACKEND == "interpreter":
+    if not cooperative_here(device_index):
+        if device_index is not None and BACKEND != "interpreter":
+            raise ContractValueError(
+                "ForwardConfig.split needs a cooperative launch (launch_cooperative_grid), which "
+                "Triton has for NVIDIA GPUs only"
+            )
         if config.split > 1:
             raise ContractValueError(
                 "ForwardConfig.split > 1 needs compiled kernels on a GPU: Triton's interpreter "

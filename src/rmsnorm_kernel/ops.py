@@ -51,6 +51,7 @@ COPIES = {"x": 0, "residual": 0, "dy": 0, "weight": 0}
 #: (the kernels' column offsets are int32); a wider spread is copied once (``COPIES["weight"]``).
 _INT32_MAX = 2**31 - 1
 
+log = logging.getLogger("rmsnorm_kernel")
 FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
 #: Cooperative: the programs of a row wait for each other (ForwardConfig.split).
@@ -108,47 +109,40 @@ def _device_index(t: torch.Tensor) -> int | None:
     return index if index >= 0 else None
 
 
-#: Tree counters per (device, stream), kept at zero between launches (the kernel resets them).
-_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+#: Counter buffers kept between launches, per (device, stream, what): ``"tree"`` for the dweight
+#: tree (its kernel leaves them at zero), a split for the split-row forward's arrivals (each
+#: launch adds exactly ``split`` to each row it walks, see kernels._split_load).
+_COUNTERS: dict[tuple[int, int, object], torch.Tensor] = {}
 
 
-def tree_counters(device: torch.device, index: int | None, size: int) -> torch.Tensor:
-    """``size`` int32 zeros for the dweight tree of one backward launch.
-
-    Launches on one stream run one after another and each leaves its counters at zero, so one
-    buffer per (device, stream) serves them all without a memset. Under CUDA-graph capture each
-    launch gets its own zeros (a memset node in the graph, replayed before the kernel), so graphs
-    never share counters with each other or with eager calls.
-    """
+def _stream_counters(device, index, what, size: int, dtype: torch.dtype) -> torch.Tensor:
+    """At least ``size`` counters of ``dtype`` kept for this stream and ``what``: zeros at first,
+    then what the last launch of the same ``what`` left. Launches on one stream run one after
+    another, so one buffer per (device, stream, what) serves them all without a memset. Under
+    CUDA-graph capture each launch gets its own zeros (a memset node in the graph, replayed
+    before the kernel), so graphs never share counters with each other or with eager calls;
+    in the interpreter every launch gets zeros too."""
     if index is None or torch.cuda.is_current_stream_capturing():
-        return torch.zeros(size, device=device, dtype=torch.int32)
-    key = (index, torch._C._cuda_getCurrentRawStream(index))
+        return torch.zeros(size, device=device, dtype=dtype)
+    key = (index, torch._C._cuda_getCurrentRawStream(index), what)
     counters = _COUNTERS.get(key)
     if counters is None or counters.numel() < size:
-        counters = torch.zeros(max(size, 4096), device=device, dtype=torch.int32)
+        counters = torch.zeros(max(size, 4096), device=device, dtype=dtype)
         _COUNTERS[key] = counters
     return counters
 
 
-#: Arrival counters of the split-row forward per (device, stream, programs per row): never reset
-#: (each launch adds exactly ``split`` to each row it walks, see kernels._split_load).
-_SPLIT_COUNTERS: dict[tuple[int, int, int], torch.Tensor] = {}
+def tree_counters(device: torch.device, index: int | None, size: int) -> torch.Tensor:
+    """``size`` int32 zeros for the dweight tree of one backward launch (each launch leaves its
+    counters at zero; see :func:`_stream_counters`)."""
+    return _stream_counters(device, index, "tree", size, torch.int32)
 
 
 def split_counters(device: torch.device, index: int | None, split: int, size: int) -> torch.Tensor:
     """``size`` int64 arrival counters for one split-row forward launch of ``split`` programs a
     row, each a multiple of ``split`` (zeros, or what earlier launches of this ``split`` on this
-    stream left). Launches on one stream run one after another, so one buffer per (device,
-    stream, split) serves them all without a memset; under CUDA-graph capture (and in the
-    interpreter) each launch gets its own zeros, so graphs share counters with nothing."""
-    if index is None or torch.cuda.is_current_stream_capturing():
-        return torch.zeros(size, device=device, dtype=torch.int64)
-    key = (index, torch._C._cuda_getCurrentRawStream(index), split)
-    counters = _SPLIT_COUNTERS.get(key)
-    if counters is None or counters.numel() < size:
-        counters = torch.zeros(max(size, 4096), device=device, dtype=torch.int64)
-        _SPLIT_COUNTERS[key] = counters
-    return counters
+    stream left; see :func:`_stream_counters`)."""
+    return _stream_counters(device, index, split, size, torch.int64)
 
 
 def tma_ready(t: torch.Tensor, row_stride: int) -> bool:
@@ -314,14 +308,10 @@ def launch_forward(
                 "resident at once (it sees fewer SMs than the device has, e.g. under MPS); use "
                 "a config without split"
             )
-        # the heuristic now knows the device's cap: a smaller split, or the chunked walk
+        # The heuristic now sees the device's cap, below this split (its split depends on N
+        # alone): it takes the chunked walk, launched below.
         config = _heuristic_forward(x2, residual2, m, n, index, acc)
         block, rows = config.block, config.rows
-        if config.split:
-            return launch_forward(
-                x2, weight, residual2, eps, offset, out_dtype, stride_x=sx, stride_res=sr,
-                llama=llama, config=config, keep_rstd=keep_rstd,
-            )  # fmt: skip
     if rows:
         FORWARD_ROWS.launch(
             (-(-m // rows),),  # ceil division (triton.cdiv is slow to call)
@@ -362,9 +352,6 @@ def launch_forward(
             pdl,
         )
     return y, h, rstd
-
-
-log = logging.getLogger("rmsnorm_kernel")
 
 
 def _launch_split(grid, c, args, floats, consts, num_warps, index) -> bool:
