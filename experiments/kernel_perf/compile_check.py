@@ -8,6 +8,8 @@ GPU has (3.6 on the H200 image), e.g.
 
     TRITON_INTERPRET=0 PYTHONPATH=<triton 3.6>:src python experiments/kernel_perf/compile_check.py
 
+``--staged``: instead, a JSON report of what the staged split-row forward relies on in its build
+(:func:`staged_split_report`; ``tests/kernel/test_split_staged_build.py`` checks it).
 ``--store-rstd``: instead, the heuristic's one-row forward configs with and without the rstd store
 (registers, spills, CTAs per SM) and the variant inference takes (``config.stores_rstd``); exits 1
 if inference loses CTAs per SM anywhere.
@@ -278,9 +280,71 @@ def store_rstd_report() -> int:
     return losses
 
 
+#: (x dtype, block, warps, stages) of the staged split kernel's report: the 16-bit and float32
+#: shapes split_tune.py's STAGED times, and float64 math.
+STAGED_REPORT = [
+    (torch.bfloat16, 16384, 8, 3),
+    (torch.float16, 8192, 8, 5),
+    (torch.float32, 8192, 16, 2),
+    (torch.float64, 4096, 8, 3),
+]
+
+
+def staged_split_report() -> list[dict]:
+    """What the staged split kernel (``kernels.rmsnorm_forward_split_staged_kernel``) relies on,
+    read from its sm_90 build, per STAGED_REPORT config, with and without a residual:
+    ``async_copies`` (Triton's pipeliner took the loop: its loads became cp.async into shared
+    memory; a barrier or a nested loop in the loop would stop it), ``shared`` bytes (at most
+    ``(stages - 1) * block`` bytes of each pipelined input, plus scratch), ``same_thread`` (the
+    partial's store and the release atomic carry the same predicate: one thread makes both, so
+    the release orders the store without a barrier), ``order`` (the asm spin precedes the
+    partials' asm load, which precedes y's stores), registers and stack."""
+    out = []
+    for dtype, block, warps, stages in STAGED_REPORT:
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        c = 131072 // block
+        c_pow2 = 1 << (c - 1).bit_length()
+        for has_r in (False, True):
+            x = t(512, 131072, dtype=dtype)
+            args = (x, x, t(131072, dtype=dtype), x, x, t(512, dtype=acc))
+            args += (t(512 * c_pow2, dtype=acc), t(512, dtype=torch.int64))
+            args += (131072, 131072 if has_r else 0, 1, 512, 131072, 1e-6, 0.0, 0.0, 0.0)
+            consts = (True, has_r, False, DT[acc], block, c, c_pow2, False, True, stages, True)
+            k = compile_one(kernels.rmsnorm_forward_split_staged_kernel, args + consts, warps)
+            ptx = k.asm["ptx"]
+            atom = re.search(r"@(%p\d+) atom\.global\.gpu\.release\.add\.u64", ptx)
+            # the partial's store: the last scalar global store before the release
+            stores = re.findall(
+                r"@(%p\d+) st\.global\.b(?:32|64) ", ptx[: atom.start()] if atom else ""
+            )
+            spin = ptx.find("ld.acquire.gpu.global.b64")
+            part = ptx.find("ld.relaxed.gpu.global.b")
+            y = ptx.find("st.global.v", part)
+            usage = resources(k)
+            out.append(
+                {
+                    "config": f"{dtype} block={block} warps={warps} stages={stages} "
+                    f"residual={has_r}",
+                    "async_copies": k.asm["ttgir"].count("async_copy_global_to_local"),
+                    "shared": k.metadata.shared,
+                    "ring_bytes": (stages - 1) * block * dtype.itemsize * (2 if has_r else 1),
+                    "same_thread": bool(stores) and stores[-1] == atom.group(1),
+                    "order": 0 <= spin < part < y,
+                    "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+                    "stack": int(re.search(r"STACK:(\d+)", usage).group(1)),
+                }
+            )
+    return out
+
+
 def main():
     if "--store-rstd" in sys.argv:
         sys.exit(1 if store_rstd_report() else 0)
+    if "--staged" in sys.argv:
+        import json
+
+        print(json.dumps(staged_split_report()))
+        return
     failures = 0
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'

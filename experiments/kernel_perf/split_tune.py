@@ -5,6 +5,8 @@ For each shape: the heuristic's config (whatever ``forward_config`` picks, which
 and may itself be a split config once SPLIT_FORWARD takes it), then split configs of every
 (block, warps) in the grid below, ``split = ceil(N / block)``. Each config is checked against
 float64 first (a wrong one is reported, never timed). Writes a JSON of medians and a table.
+``--staged``: also the staged kernel's configs (STAGED; ``ForwardConfig.stages`` > 1), some at
+two programs per SM (TWO_PER_SM). ``--variants``, ``--coop``: see below.
 
     PYTHONPATH=src python3 experiments/kernel_perf/split_tune.py --json OUT.json [--rounds 3]
 """
@@ -52,6 +54,19 @@ GRID = {
     2: [(8192, 4), (8192, 8), (16384, 8), (16384, 16), (32768, 16)],
     4: [(4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)],
 }
+#: ``--staged``: (block, warps, stages) of the staged split kernel (``ForwardConfig.stages`` > 1,
+#: the chunk loads pipelined into shared memory: stages - 1 chunks of x, and of the residual,
+#: ~227 KiB an SM), per element size. Registers on sm_90 (Triton 3.6 / 3.9,
+#: ``compile_check``-style, 38th session): bf16 16384 x 8 warps 176-182 (with a residual 181-188),
+#: 8192 x 8 92-119, float32 8192 x 16 61-64.
+STAGED = {
+    2: [(16384, 8, 2), (16384, 8, 3), (16384, 8, 4), (8192, 8, 3), (8192, 8, 5), (16384, 16, 3)],
+    4: [(8192, 16, 2), (8192, 16, 3), (4096, 8, 3), (4096, 8, 5)],
+}
+#: Staged (block, warps) that also run two programs per SM (config.SPLIT_PROGRAMS_PER_SM = 2
+#: while they run): ~92-119 registers at 8 warps, so two fit an SM's 64K, and twice the loads
+#: in flight.
+TWO_PER_SM = {(8192, 8), (4096, 8)}
 
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
@@ -110,6 +125,20 @@ def with_kernel(kernel, fn):
     return call
 
 
+def with_per_sm(per_sm, fn):
+    """``fn`` with config.SPLIT_PROGRAMS_PER_SM at ``per_sm`` while it runs (its grid)."""
+
+    def call():
+        real = config.SPLIT_PROGRAMS_PER_SM
+        config.SPLIT_PROGRAMS_PER_SM = per_sm
+        try:
+            return fn()
+        finally:
+            config.SPLIT_PROGRAMS_PER_SM = real
+
+    return call
+
+
 def heuristic(x, residual):
     m, n = x.shape
     half = x.element_size() == 2
@@ -128,6 +157,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--rep", type=int, default=25, help="do_bench_cudagraph rep (ms)")
     p.add_argument("--min-n", type=int, default=0, help="only shapes at least this wide")
+    p.add_argument("--shapes", default="", help="only these, comma-separated MxN (every dtype)")
     p.add_argument(
         "--coop", action="store_true", help="also coop_forward.py's mode 3 (fresh counters)"
     )
@@ -138,12 +168,13 @@ def main():
         " config through each variant of the split kernel",
     )
     p.add_argument("--quick", action="store_true", help="only the heuristic, chunked, variants")
+    p.add_argument("--staged", action="store_true", help="also the staged kernel's STAGED configs")
     args = p.parse_args()
     variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
     sms = config.sm_count(0)
     out = []
     for m, n, dtype, has_res in SHAPES:
-        if n < args.min_n:
+        if n < args.min_n or args.shapes and f"{m}x{n}" not in args.shapes.split(","):
             continue
         x = torch.randn(m, n, device="cuda").to(dtype)
         w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
@@ -158,9 +189,21 @@ def main():
             if c > sms:
                 continue
             cands[f"split {c}x{block} w{warps}"] = ForwardConfig(block, 0, warps, split=c)
+        for block, warps, stages in STAGED[x.element_size()] if args.staged else []:
+            c = -(-n // block)
+            ring = (stages - 1) * block * x.element_size() * (2 if has_res else 1)
+            if c > sms or ring > config.shared_bytes(0):  # refused by the launcher's check
+                continue
+            cands[f"staged {c}x{block} w{warps} s{stages}"] = ForwardConfig(
+                block, 0, warps, split=c, stages=stages
+            )
         if base.split:  # the chunked walk too, for the record
             cands["chunked"] = ForwardConfig(config.LOOP_BLOCK, 0, config.LOOP_WARPS)
         fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
+        for name, cfg in list(cands.items()):
+            if name.startswith("staged") and (cfg.block, cfg.num_warps) in TWO_PER_SM:
+                cands[f"{name} x2/SM"] = cfg
+                fns[f"{name} x2/SM"] = with_per_sm(2, fns[name])
         if base.split:
             for v, kernel in variants.items():
                 cands[f"variant {v}"] = base
@@ -180,6 +223,11 @@ def main():
                 y = fn()[0]
                 torch.cuda.synchronize()
                 err = (y.double() - want).abs().max().item()
+                if config.SPLIT_GRID_CAP:  # a refused grid (x2/SM): it ran on fewer programs
+                    print(f"{m}x{n} {name}: grid refused, capped {config.SPLIT_GRID_CAP}")
+                    config.SPLIT_GRID_CAP.clear()
+                    config.forward_config.cache_clear()
+                    continue
                 ok[name] = err
             except Exception as e:  # noqa: BLE001 (a config this card refuses: record it)
                 print(f"{m}x{n} {dtype} {name}: {type(e).__name__}: {str(e)[:120]}", flush=True)

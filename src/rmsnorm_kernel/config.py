@@ -356,6 +356,10 @@ class ForwardConfig:
     ``split * block >= N``): x read from DRAM once where one program's registers cannot hold a
     row (SPLIT_FORWARD). Every program of the grid must be resident at once (``split`` <= the
     SMs); through the interpreter, which runs programs one after another, ``split`` 1 only.
+    With ``split``, ``stages`` > 1 takes the staged kernel
+    (``kernels.rmsnorm_forward_split_staged_kernel``: the chunk loads ``stages - 1`` steps ahead
+    in shared memory, where the default keeps two in registers; the same bits); the heuristic
+    does not take it: built and checked for sm_90, not yet timed on a GPU (see SPLIT_FORWARD).
     """
 
     block: int
@@ -424,8 +428,9 @@ class ForwardConfig:
             "evict_last": self.evict_last,
             "pdl": self.pdl,
             "stream": self.stream,
-            "stages": self.stages > 1,
         }
+        if self.stages < 1:
+            raise ContractValueError(f"ForwardConfig.stages must be >= 1 (got {self.stages})")
         taken = [name for name, on in others.items() if on]
         if taken:
             raise ContractValueError(
@@ -645,17 +650,20 @@ def shared_bytes(device_index: int | None) -> int:
     return int(getattr(props, "shared_memory_per_block_optin", HOPPER_SHARED_BYTES))
 
 
-def check_forward_stages(config: ForwardConfig, x_size: int, w_size: int, index) -> None:
-    """A pipelined second pass (``ForwardConfig.stages``) keeps ``stages - 1`` chunks of x (or
-    h) and of the weight in shared memory (Triton's pipeliner, seen in the cubins of 3.9:
-    65536 bytes for bf16 chunks of 16384 at 2 stages); refuse, naming the field, what the device
-    cannot hold, before Triton's launch would (``OutOfResources``). ``x_size`` / ``w_size``:
-    the element sizes (0: no weight)."""
+def check_forward_stages(
+    config: ForwardConfig, x_size: int, w_size: int, index, second: str = "the weight"
+) -> None:
+    """A pipelined loop (``ForwardConfig.stages``) keeps ``stages - 1`` chunks of x (or h) and of
+    ``second`` in shared memory (Triton's pipeliner, seen in the cubins of 3.9: 65536 bytes for
+    bf16 chunks of 16384 at 2 stages of the chunked walk); refuse, naming the field, what the
+    device cannot hold, before Triton's launch would (``OutOfResources``). ``x_size`` /
+    ``w_size``: the element sizes (0: no ``second``): the chunked walk's second pass pipelines
+    the weight, the staged split kernel the residual."""
     need = (config.stages - 1) * config.block * (x_size + w_size)
     limit = shared_bytes(index)
     if need > limit:
         raise ContractValueError(
-            f"ForwardConfig.stages keeps stages - 1 chunks of x and the weight in shared memory, "
+            f"ForwardConfig.stages keeps stages - 1 chunks of x and {second} in shared memory, "
             f"which must fit this device's {limit} bytes (got stages={config.stages}, "
             f"block={config.block}: {need} bytes); lower stages or block"
         )
@@ -688,6 +696,11 @@ SPLIT_PROGRAMS_PER_SM = 1
 #: split on an H100, 2048 x 32768 94.7 against 115.3; float32 1024 x 65536 225.0 chunked against
 #: 227.1). Narrower chunks lose (a step's wait is paid per chunk: bf16 8192 x 8 warps 147.1 at
 #: 512 x 131072 on the H100), wider ones spill; 16 warps lose for bf16 (135.9).
+#: The staged kernel (``ForwardConfig(split=..., stages > 1)``, 38th session) is not taken yet:
+#: the kernel above keeps at most two chunks of loads in flight per SM (~64 KiB; ~2.6 TB/s on
+#: the H200 at 512 x 131072), which looks like the limit; the staged one lets Triton's pipeliner
+#: keep ``stages - 1`` chunks in flight in shared memory. Its sm_90 build is checked in CI
+#: (tests/kernel/test_split_staged_build.py); no device was lent in that session to time it.
 SPLIT_MIN_N = 131072
 SPLIT_FORWARD = {2: (16384, 8), 4: (8192, 16)}
 
@@ -729,15 +742,16 @@ def split_grid(config: ForwardConfig, m: int, device_index: int | None) -> int:
     return max(c, min(m * c, split_programs(device_index)) // c * c)
 
 
-def check_split_tasks(m: int, split: int, grid: int) -> None:
-    """The split kernel walks ``m * split`` tasks with int32 indices, up to two steps (``2 *
-    grid``) past the last: refuse a launch where they would overflow (only an explicit config
-    over about 2**31 / split rows can reach it; the heuristic splits rows of 131072 columns and
-    more, whose tensors would need terabytes)."""
-    if m * split + 2 * grid > 2**31 - 1:
+def check_split_tasks(m: int, split: int, grid: int, ahead: int = 2) -> None:
+    """The split kernels walk ``m * split`` tasks with int32 indices, up to ``ahead`` steps
+    (``ahead * grid``) past the last: two for the register-pipelined kernel, ``stages - 1`` for
+    the staged one. Refuse a launch where they would overflow (only an explicit config over
+    about 2**31 / split rows can reach it; the heuristic splits rows of 131072 columns and more,
+    whose tensors would need terabytes)."""
+    if m * split + ahead * grid > 2**31 - 1:
         raise ContractValueError(
-            f"ForwardConfig.split: M * split must stay below 2**31 - 2 * programs (got M={m}, "
-            f"split={split}, {grid} programs); use fewer programs a row"
+            f"ForwardConfig.split: M * split must stay below 2**31 - {ahead} * programs (got "
+            f"M={m}, split={split}, {grid} programs); use fewer programs a row"
         )
 
 

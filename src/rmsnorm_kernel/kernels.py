@@ -324,21 +324,66 @@ def _split_publish(
     return x
 
 
+#: The staged split kernel's wait (compiled kernels): an acquire load of the row's counter in a
+#: branch loop until it reaches the target, one inline-PTX statement. Triton's pipeliner refuses a
+#: loop that holds another loop (a ``while``) or a barrier, so the wait cannot be either; every
+#: thread spins and acquires for itself. Labels inside ``{ }`` are local to the block, so the
+#: statement may be inlined many times.
+_SPLIT_SPIN = tl.constexpr("""{
+.reg .pred %p<1>;
+SPLIT_SPIN:
+ld.acquire.gpu.global.b64 $0, [$1];
+setp.lt.s64 %p0, $0, $2;
+@%p0 bra SPLIT_SPIN;
+}""")
+#: The staged split kernel reads the row's partials after that wait with asm too: the pipeliner
+#: issues the loop's ``tl.load``s steps ahead, which would read the partials before they exist.
+_SPLIT_LOAD_PART32 = tl.constexpr("ld.relaxed.gpu.global.b32 $0, [$1];")
+_SPLIT_LOAD_PART64 = tl.constexpr("ld.relaxed.gpu.global.b64 $0, [$1];")
+
+
+@triton.jit
+def _split_parts(PART, COUNT, row, target, C: tl.constexpr, C_POW2: tl.constexpr, ACC: tl.constexpr,
+                 SPIN_ASM: tl.constexpr):  # fmt: skip
+    """Wait until the C programs of ``row`` have published (its counter at ``target``,
+    acquire), then return the row's C_POW2 partial slots (zeros past C). ``SPIN_ASM``: every
+    thread spins in one asm statement (:data:`_SPLIT_SPIN`) and loads the partials with asm;
+    else one thread's atomic reads the counter in a ``while`` and a barrier shares it (the
+    interpreter's way, and the register-pipelined kernel's)."""
+    k = tl.arange(0, C_POW2)
+    if SPIN_ASM:
+        tl.inline_asm_elementwise(
+            _SPLIT_SPIN, "=l,l,l", [(COUNT + row).to(tl.int64, bitcast=True), target],
+            dtype=tl.int64, is_pure=False, pack=1,
+        )  # fmt: skip
+        addr = (PART + row * C_POW2 + k).to(tl.int64, bitcast=True)
+        if ACC == tl.float64:
+            parts = tl.inline_asm_elementwise(
+                _SPLIT_LOAD_PART64, "=l,l", [addr], dtype=tl.float64, is_pure=False, pack=1
+            )
+        else:
+            parts = tl.inline_asm_elementwise(
+                _SPLIT_LOAD_PART32, "=r,l", [addr], dtype=tl.float32, is_pure=False, pack=1
+            )
+        return tl.where(k < C, parts, 0.0)  # slots past C hold no partial
+    seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    while seen < target:
+        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+    return tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
+
+
 @triton.jit
 def _split_finish(
     Y, RSTD, PART, COUNT, row, target, x, w, cols, mask, N, eps, offset,
     C: tl.constexpr, C_POW2: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_OFFSET: tl.constexpr,
     LLAMA: tl.constexpr, ACC: tl.constexpr, STORE_RSTD: tl.constexpr, X_DTYPE: tl.constexpr,
+    SPIN_ASM: tl.constexpr = False,
 ):  # fmt: skip
-    """Wait until the C programs of ``row`` have published (its counter at ``target``,
-    acquire), sum the C partials in chunk order (every program the same order, so the same
-    rstd), scale this program's chunk and store it (chunk 0 also stores rstd)."""
-    seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-    while seen < target:
-        seen = tl.atomic_add(COUNT + row, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-    k = tl.arange(0, C_POW2)
-    parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
+    """Wait until the C programs of ``row`` have published (:func:`_split_parts`), sum the C
+    partials in chunk order (every program the same order, so the same rstd), scale this
+    program's chunk and store it (chunk 0 also stores rstd)."""
+    parts = _split_parts(PART, COUNT, row, target, C, C_POW2, ACC, SPIN_ASM)
     rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=0) / N + eps)
     y = x.to(ACC) * rstd
     if LLAMA:
@@ -438,6 +483,63 @@ def rmsnorm_forward_split_kernel(
         target_n1 = target_n2
         x_n1 = x_n2
         r_n1 = r_n2
+
+
+@triton.jit(do_not_specialize=["M"])
+def rmsnorm_forward_split_staged_kernel(
+    X, RES, W, Y, H, RSTD, PART, COUNT,  # as rmsnorm_forward_split_kernel's
+    stride_x, stride_res, stride_w, M, N, eps, eps_lo, offset, offset_lo,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    LLAMA: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+    C: tl.constexpr,
+    C_POW2: tl.constexpr,
+    HAS_OFFSET: tl.constexpr,
+    STORE_RSTD: tl.constexpr,
+    STAGES: tl.constexpr,  # ForwardConfig.stages (>= 2): the loads STAGES - 1 steps ahead
+    SPIN_ASM: tl.constexpr,  # compiled kernels: the wait in asm (see _split_parts)
+):  # fmt: skip
+    """The split-row forward of :func:`rmsnorm_forward_split_kernel` (the same tasks, counters,
+    partials and order of additions, so the same bits), with the plain schedule per step (load,
+    sum, publish, wait, scale, store) and the chunk loads pipelined by Triton into shared memory
+    (``tl.range(..., num_stages=STAGES)``: cp.async ``STAGES - 1`` steps ahead), where that
+    kernel keeps the next two chunks in registers. The loop may hold neither a nested loop nor a
+    barrier, or the pipeliner leaves it alone: compiled, the wait is one asm statement and the
+    partial's store needs no barrier before the release, because a scalar store and a scalar
+    atomic are both made by the same single thread (the one that holds the whole sum; the PTX
+    predicates them alike), so the release orders the store. The target comes from the
+    publishing atomic's returned value: before this program's arrival the row's count lies in
+    ``[k * C, k * C + C)`` for this launch's k (see :func:`_split_load`)."""
+    pid = tl.program_id(0)
+    g = tl.num_programs(0)
+    eps = tl.cast(eps, ACC) + tl.cast(eps_lo, ACC)
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    chunk = pid % C  # constant over the walk: g is a multiple of C
+    cols = chunk * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols * stride_w, mask=mask, other=0.0)
+    else:
+        w = tl.zeros([BLOCK], dtype=ACC)  # unused
+    for t in tl.range(pid, M * C, g, num_stages=STAGES):
+        row = tl.cast(t // C, tl.int64)
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+        if HAS_RESIDUAL:
+            res = tl.load(RES + row * stride_res + cols, mask=mask, other=0.0)
+            x = (x.to(ACC) + res.to(ACC)).to(H.dtype.element_ty)
+            tl.store(H + row * N + cols, x, mask=mask)
+        xf = x.to(ACC)
+        tl.store(PART + row * C_POW2 + chunk, tl.sum(xf * xf, axis=0))
+        if not SPIN_ASM:
+            tl.debug_barrier()
+        seen = tl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")
+        _split_finish(
+            Y, RSTD, PART, COUNT, row, seen - seen % C + C, x, w, cols, mask, N, eps, offset,
+            C, C_POW2, HAS_WEIGHT, HAS_OFFSET, LLAMA, ACC, STORE_RSTD, X.dtype.element_ty,
+            SPIN_ASM,
+        )  # fmt: skip
 
 
 @triton.jit

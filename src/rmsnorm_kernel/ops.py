@@ -56,6 +56,7 @@ FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
 #: Cooperative: the programs of a row wait for each other (ForwardConfig.split).
 FORWARD_SPLIT = CachedKernel(kernels.rmsnorm_forward_split_kernel, cooperative=True)
+FORWARD_SPLIT_STAGED = CachedKernel(kernels.rmsnorm_forward_split_staged_kernel, cooperative=True)
 ROW_DOT = CachedKernel(kernels.rmsnorm_row_dot_kernel)
 BACKWARD = CachedKernel(kernels.rmsnorm_backward_kernel)
 BACKWARD_ROWS = CachedKernel(kernels.rmsnorm_backward_rows_kernel)
@@ -265,11 +266,14 @@ def launch_forward(
     else:
         config.check(n)
         check_pdl("ForwardConfig.pdl", config.pdl, index)
-        if config.stages > 1:
-            w_size = 0 if weight is None else weight.element_size()
-            check_forward_stages(config, x2.element_size(), w_size, index)
         if config.split:
             check_forward_split(config, index)
+            if config.stages > 1:  # the staged split kernel pipelines x and the residual
+                r_size = 0 if residual2 is None else residual2.element_size()
+                check_forward_stages(config, x2.element_size(), r_size, index, "the residual")
+        elif config.stages > 1:
+            w_size = 0 if weight is None else weight.element_size()
+            check_forward_stages(config, x2.element_size(), w_size, index)
         if config.packed and not half:
             raise ContractValueError(
                 "ForwardConfig.packed keeps 16-bit rows (float16, bfloat16) packed "
@@ -294,13 +298,16 @@ def launch_forward(
     if config.split:
         c = config.split
         grid = split_grid(config, m, index)
-        check_split_tasks(m, c, grid)
+        check_split_tasks(m, c, grid, max(2, config.stages - 1))
         c_pow2 = 1 << (c - 1).bit_length()
         part = torch.empty(m * c_pow2, device=x2.device, dtype=acc)
         count = split_counters(x2.device, index, c, m)
         args = (x2, r, w, y, h if has_r else y, rs, part, count, sx, sr, sw, m, n)
         consts = (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store)
-        if _launch_split(grid, c, args, floats, consts, config.num_warps, index):
+        kernel = FORWARD_SPLIT
+        if config.stages > 1:  # compiled: the wait in asm (see kernels._split_parts)
+            kernel, consts = FORWARD_SPLIT_STAGED, (*consts, config.stages, index is not None)
+        if _launch_split(kernel, grid, c, args, floats, consts, config.num_warps, index):
             return y, h, rstd
         if explicit:
             raise ContractValueError(
@@ -354,8 +361,9 @@ def launch_forward(
     return y, h, rstd
 
 
-def _launch_split(grid, c, args, floats, consts, num_warps, index) -> bool:
-    """Launch the split-row forward on ``grid`` programs, or on fewer where the driver refuses a
+def _launch_split(kernel, grid, c, args, floats, consts, num_warps, index) -> bool:
+    """Launch the split-row forward ``kernel`` (FORWARD_SPLIT or FORWARD_SPLIT_STAGED) on
+    ``grid`` programs, or on fewer where the driver refuses a
     cooperative grid that large ("too many blocks in cooperative launch": nothing ran). The
     grid is persistent: any multiple of ``c`` walks every task, and a row's sum does not depend
     on it (the same bits). So the grid is halved until it launches, and the device's cap is
@@ -363,7 +371,7 @@ def _launch_split(grid, c, args, floats, consts, num_warps, index) -> bool:
     where not even one row's ``c`` programs are resident at once."""
     while True:
         try:
-            FORWARD_SPLIT.launch((grid,), args, floats, consts, num_warps, 1, index)
+            kernel.launch((grid,), args, floats, consts, num_warps, 1, index)
             return True
         except RuntimeError as e:
             if "cooperative launch" not in str(e):

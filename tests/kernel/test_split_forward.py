@@ -2,6 +2,9 @@
 cooperative launch) against the float64 oracle, with every feature of the one-row kernel
 (weight or none, offset, residual, Llama's rounding, float64, strided rows, weight views).
 
+Each case runs both kernels: the default (the next two chunks in registers) and the staged one
+(``stages`` > 1: the chunk loads pipelined into shared memory, the wait in asm when compiled),
+which must give the same bits.
 On the CPU the interpreter runs programs one after another, so only ``split = 1`` can run there
 (one program a row, the same code: publish, wait, scale, reset); on a GPU 2-16 programs a row,
 ragged widths, more rows than the grid holds at once (the persistent walk), CUDA-graph replay,
@@ -41,13 +44,35 @@ def _counters_whole(x, split):
 
 def _split_of(n: int, device: str) -> list[ForwardConfig]:
     """Split configs covering ``n`` columns: one program a row on the CPU (the interpreter
-    cannot run more), 2-16 on a GPU, each with the narrowest power-of-two block that covers."""
+    cannot run more), 2-16 on a GPU, each with the narrowest power-of-two block that covers,
+    through the default kernel; the staged one (3 stages) at 1, 3 and 8 programs a row (each
+    config is a compile: the GPU run stays within minutes)."""
     splits = (1,) if device == "cpu" else (1, 2, 3, 4, 8, 16)
     out = []
     for c in splits:
         block = 1 << max(0, (-(-n // c) - 1).bit_length())
         out.append(ForwardConfig(block, 0, 4, split=c))
+        if c in (1, 3, 8):
+            out.append(ForwardConfig(block, 0, 4, split=c, stages=3))
     return out
+
+
+def test_the_staged_kernel_gives_the_default_kernels_bits(device):
+    """The same tasks, partials and order of additions: y, h and rstd equal bit for bit."""
+    n = 700
+    x = torch.randn(6, n, device=device).to(BF16)
+    res = torch.randn(6, n, device=device).to(BF16)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(BF16)
+    for c in (1,) if device == "cpu" else (1, 3, 8):
+        block = 1 << (-(-n // c) - 1).bit_length()
+        for r in (None, res):
+            want = _launch(x, w, ForwardConfig(block, 0, 4, split=c), residual=r)
+            got = _launch(x, w, ForwardConfig(block, 0, 4, split=c, stages=3), residual=r)
+            for a, b, name in zip(want, got, ("y", "h", "rstd"), strict=True):
+                assert (a is None) == (b is None), name
+                assert a is None or torch.equal(a, b), (
+                    f"{name}, split={c}, residual {r is not None}"
+                )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, BF16, torch.float16, torch.float64], ids=str)
@@ -129,26 +154,31 @@ def test_split_config_is_checked(device):
         (ForwardConfig(512, 2, 4, split=1), "rows == 0"),
         (ForwardConfig(512, 0, 4, split=-1), "split must be >= 0"),
         (ForwardConfig(512, 0, 4, split=1, pdl=True), "takes none of pdl"),
-        (ForwardConfig(512, 0, 4, split=1, stages=2, evict_last=True), "evict_last, stages"),
+        (ForwardConfig(512, 0, 4, split=1, stages=2, evict_last=True), "takes none of evict_last"),
+        (ForwardConfig(512, 0, 4, split=1, stages=0), "stages must be >= 1"),
+        # bf16 rows and residual, 7 chunks of 16384 each in shared memory: 458752 bytes
+        (ForwardConfig(16384, 0, 4, split=1, stages=8), "x and the residual in shared memory"),
     ]
     if device == "cpu":
         cases.append((ForwardConfig(256, 0, 4, split=2), "needs compiled kernels on a GPU"))
     else:
         sms = config.SPLIT_PROGRAMS_PER_SM * config.sm_count(x.get_device())
         cases.append((ForwardConfig(512, 0, 4, split=sms + 1), "programs this GPU keeps"))
+    res = torch.randn(4, 300, device=device)
     for cfg, match in cases:
         with pytest.raises(ContractValueError, match=match):
-            _launch(x, w, cfg)
+            _launch(x.to(BF16), w.to(BF16), cfg, residual=res.to(BF16))
 
 
 @pytest.mark.gpu
-def test_split_wide_rows_and_graph_replay():
+@pytest.mark.parametrize("stages", [1, 3, 4])
+def test_split_wide_rows_and_graph_replay(stages):
     """Rows of 131072 columns over 8 programs, more rows than the grid: eager, then captured in
     a CUDA graph and replayed twice (the graph's counters are its own), the same bits each way;
     through autograd with the heuristic's config the gradient matches the oracle."""
     x = torch.randn(70, 131072 - 5, device="cuda").to(BF16)
     w = (1 + 0.5 * torch.randn(x.shape[1], device="cuda")).to(BF16)
-    cfg = ForwardConfig(16384, 0, 8, split=8)
+    cfg = ForwardConfig(16384, 0, 8, split=8, stages=stages)
     y, _, rstd = _launch(x, w, cfg)
     assert_close(y, oracle_y(x, w), BF16, "y, 131067 columns over 8 programs")
     _counters_whole(x, 8)
@@ -192,6 +222,10 @@ def test_split_task_count_must_fit_int32():
         config.check_split_tasks(2**31 // 16, 16, 128)
     with pytest.raises(ContractValueError, match="M \\* split"):
         config.check_split_tasks(2**31 - 1 - 255, 1, 128)
+    # the staged kernel's pipeliner indexes stages - 1 steps ahead
+    config.check_split_tasks(2**31 - 1 - 512, 1, 128, ahead=4)
+    with pytest.raises(ContractValueError, match="2\\*\\*31 - 4 \\* programs"):
+        config.check_split_tasks(2**31 - 1 - 511, 1, 128, ahead=4)
 
 
 class _Refusing:
@@ -221,31 +255,32 @@ def no_cap(monkeypatch):
     config.forward_config.cache_clear()
 
 
-def test_a_refused_grid_is_halved_and_capped(no_cap, monkeypatch, caplog):
+def test_a_refused_grid_is_halved_and_capped(no_cap, caplog):
     """A context that keeps fewer programs resident than the SMs say (MPS): the grid is halved
     until the driver takes it, the device's cap kept and logged; not even one row's programs:
     False, nothing launched. Any other launch error is raised as it is."""
     refusing = _Refusing(most=40)
-    monkeypatch.setattr(ops, "FORWARD_SPLIT", refusing)
     with caplog.at_level("WARNING", logger="rmsnorm_kernel"):
-        assert ops._launch_split(128, 8, (), (), (), 8, 7)
+        assert ops._launch_split(refusing, 128, 8, (), (), (), 8, 7)
     assert refusing.grids == [128, 64, 32]
     assert config.SPLIT_GRID_CAP[7] == 32
     assert "launching 64 instead" in caplog.text and "launching 32 instead" in caplog.text
     tight = _Refusing(most=4)
-    monkeypatch.setattr(ops, "FORWARD_SPLIT", tight)
-    assert not ops._launch_split(8, 8, (), (), (), 8, 7)
+    assert not ops._launch_split(tight, 8, 8, (), (), (), 8, 7)
     assert tight.grids == [8] and config.SPLIT_GRID_CAP[7] == 4
-    monkeypatch.setattr(ops, "FORWARD_SPLIT", _Failing())
     with pytest.raises(RuntimeError, match="illegal memory access"):
-        ops._launch_split(128, 8, (), (), (), 8, 7)
+        ops._launch_split(_Failing(), 128, 8, (), (), (), 8, 7)
 
 
-def test_an_explicit_split_no_context_can_hold_is_refused_by_name(no_cap, monkeypatch, device):
+@pytest.mark.parametrize("stages", [1, 3])
+def test_an_explicit_split_no_context_can_hold_is_refused_by_name(
+    no_cap, monkeypatch, device, stages
+):
     x = torch.randn(3, 300, device=device)
     monkeypatch.setattr(ops, "FORWARD_SPLIT", _Refusing(most=0))
+    monkeypatch.setattr(ops, "FORWARD_SPLIT_STAGED", _Refusing(most=0))
     with pytest.raises(ContractValueError, match="split=1: this GPU context cannot keep"):
-        _launch(x, None, ForwardConfig(512, 0, 4, split=1))
+        _launch(x, None, ForwardConfig(512, 0, 4, split=1, stages=stages))
 
 
 def test_the_heuristic_takes_another_config_when_split_cannot_launch(
@@ -265,12 +300,14 @@ def test_the_heuristic_takes_another_config_when_split_cannot_launch(
 
 
 @pytest.mark.gpu
-def test_a_grid_wider_than_the_gpu_holds_is_halved_on_the_gpu(no_cap, monkeypatch):
+@pytest.mark.parametrize("stages", [1, 3])
+def test_a_grid_wider_than_the_gpu_holds_is_halved_on_the_gpu(no_cap, monkeypatch, stages):
     """On a real GPU: with the SM count doubled the first cooperative grid (two programs per SM
-    at 255 registers) is refused by the driver; the halved one runs, the same bits as before."""
+    at ~175-255 registers) is refused by the driver; the halved one runs, the same bits as
+    before."""
     x = torch.randn(300, 131072, device="cuda").to(BF16)
     w = (1 + 0.5 * torch.randn(131072, device="cuda")).to(BF16)
-    cfg = ForwardConfig(16384, 0, 8, split=8)
+    cfg = ForwardConfig(16384, 0, 8, split=8, stages=stages)
     y, _, rstd = _launch(x, w, cfg)
     sms = config.sm_count(0)
     monkeypatch.setattr(config, "sm_count", lambda index: 2 * sms)
