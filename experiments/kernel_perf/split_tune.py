@@ -111,32 +111,28 @@ def variant_kernel(name):
     return CachedKernel(module.rmsnorm_forward_split_kernel, cooperative=True)
 
 
-def with_kernel(kernel, fn):
-    """``fn`` with ops.FORWARD_SPLIT swapped for ``kernel`` while it runs (graph capture too)."""
+def swapped(owner, name, value, fn):
+    """``fn`` with ``owner.name`` set to ``value`` while it runs (graph capture too)."""
 
     def call():
-        real = ops.FORWARD_SPLIT
-        ops.FORWARD_SPLIT = kernel
+        real = getattr(owner, name)
+        setattr(owner, name, value)
         try:
             return fn()
         finally:
-            ops.FORWARD_SPLIT = real
+            setattr(owner, name, real)
 
     return call
+
+
+def with_kernel(kernel, fn):
+    """``fn`` with ops.FORWARD_SPLIT swapped for ``kernel`` while it runs."""
+    return swapped(ops, "FORWARD_SPLIT", kernel, fn)
 
 
 def with_per_sm(per_sm, fn):
     """``fn`` with config.SPLIT_PROGRAMS_PER_SM at ``per_sm`` while it runs (its grid)."""
-
-    def call():
-        real = config.SPLIT_PROGRAMS_PER_SM
-        config.SPLIT_PROGRAMS_PER_SM = per_sm
-        try:
-            return fn()
-        finally:
-            config.SPLIT_PROGRAMS_PER_SM = real
-
-    return call
+    return swapped(config, "SPLIT_PROGRAMS_PER_SM", per_sm, fn)
 
 
 def heuristic(x, residual):

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from rmsnorm_kernel.config import STAGES_SCRATCH_BYTES
+
 ROOT = Path(__file__).resolve().parents[2]
-#: Scratch beside the ring: the reductions' few words.
-SCRATCH_BYTES = 1024
 
 
 @pytest.fixture(scope="module")
@@ -62,5 +62,5 @@ def test_the_partials_are_read_after_the_wait(report):
 
 def test_shared_memory_is_the_checked_ring_and_nothing_spills(report):
     for row in report:
-        assert row["ring_bytes"] <= row["shared"] <= row["ring_bytes"] + SCRATCH_BYTES, row
+        assert row["ring_bytes"] <= row["shared"] <= row["ring_bytes"] + STAGES_SCRATCH_BYTES, row
         assert row["stack"] == 0 and row["registers"] <= 255, row
