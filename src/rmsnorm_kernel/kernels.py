@@ -343,8 +343,10 @@ _SPLIT_LOAD_PART64 = tl.constexpr("ld.relaxed.gpu.global.b64 $0, [$1];")
 
 
 @triton.jit
-def _split_parts(PART, COUNT, row, target, C: tl.constexpr, C_POW2: tl.constexpr, ACC: tl.constexpr,
-                 SPIN_ASM: tl.constexpr):  # fmt: skip
+def _split_parts(
+    PART, COUNT, row, target,
+    C: tl.constexpr, C_POW2: tl.constexpr, ACC: tl.constexpr, SPIN_ASM: tl.constexpr,
+):  # fmt: skip
     """Wait until the C programs of ``row`` have published (its counter at ``target``,
     acquire), then return the row's C_POW2 partial slots (zeros past C). ``SPIN_ASM``: every
     thread spins in one asm statement (:data:`_SPLIT_SPIN`) and loads the partials with asm;
