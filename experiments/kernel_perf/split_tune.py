@@ -67,6 +67,18 @@ STAGED = {
 #: while they run): ~92-119 registers at 8 warps, so two fit an SM's 64K, and twice the loads
 #: in flight.
 TWO_PER_SM = {(8192, 8), (4096, 8)}
+#: ``--wide``: (block, warps, stages, programs per SM) of wide_split.py's kernel (39th session;
+#: swapped in for ops.FORWARD_SPLIT_STAGED: stages 2 = no pipelining, 3 = one chunk of x and of
+#: the weight ahead in shared memory). sm_90 builds (Triton 3.6), registers, no spills: bf16
+#: 65536 x 32 warps 64, 32768 x 16 98 (3 stages: 80), 32768 x 32 56, 16384 x 8 80; float32
+#: 32768 x 32 64, 16384 x 16 109.
+WIDE = {
+    2: [
+        (65536, 32, 2, 1), (32768, 16, 2, 1), (32768, 16, 3, 1), (32768, 32, 2, 1),
+        (16384, 8, 2, 1), (16384, 8, 2, 2), (16384, 8, 2, 3),
+    ],
+    4: [(32768, 32, 2, 1), (16384, 16, 2, 1), (8192, 8, 2, 2)],
+}  # fmt: skip
 
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
@@ -165,6 +177,7 @@ def main():
     )
     p.add_argument("--quick", action="store_true", help="only the heuristic, chunked, variants")
     p.add_argument("--staged", action="store_true", help="also the staged kernel's STAGED configs")
+    p.add_argument("--wide", action="store_true", help="also wide_split.py's WIDE configs")
     args = p.parse_args()
     variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
     sms = config.sm_count(0)
@@ -193,9 +206,29 @@ def main():
             cands[f"staged {c}x{block} w{warps} s{stages}"] = ForwardConfig(
                 block, 0, warps, split=c, stages=stages
             )
+        fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
+        if args.wide and not has_res:
+            from wide_split import wide_split_kernel
+
+            from rmsnorm_kernel.launch import CachedKernel
+
+            wide = CachedKernel(wide_split_kernel, cooperative=True)
+            for block, warps, stages, per_sm in WIDE[x.element_size()]:
+                c = -(-n // block)
+                if c > sms or block > n:
+                    continue
+                name = f"wide {c}x{block} w{warps} s{stages} x{per_sm}/SM"
+                cfg = ForwardConfig(block, 0, warps, split=c, stages=stages)
+                cands[name] = cfg
+                fns[name] = with_per_sm(
+                    per_sm,
+                    swapped(
+                        ops, "FORWARD_SPLIT_STAGED", wide, functools.partial(run, x, w, res, cfg)
+                    ),
+                )
         if base.split:  # the chunked walk too, for the record
             cands["chunked"] = ForwardConfig(config.LOOP_BLOCK, 0, config.LOOP_WARPS)
-        fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
+            fns["chunked"] = functools.partial(run, x, w, res, cands["chunked"])
         for name, cfg in list(cands.items()):
             if name.startswith("staged") and (cfg.block, cfg.num_warps) in TWO_PER_SM:
                 cands[f"{name} x2/SM"] = cfg

@@ -1,0 +1,44 @@
+"""``experiments/kernel_perf/wide_split.py``'s split-row forward (wide chunks, the weight loaded
+each step, 16-bit chunks widened by their bits; 39th session, not in the package), swapped in for
+``ops.FORWARD_SPLIT_STAGED`` as ``split_tune.py --wide`` does: the same bits as the package's split
+kernel (the same tasks, partials and order of additions) and float64's values. On the CPU one
+program a row (the interpreter); on a GPU 2 and 4 programs a row at 1 and 2 programs an SM."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from kernel_helpers import assert_close, experiment_kernel, oracle_y
+
+from rmsnorm_kernel import ops
+from rmsnorm_kernel.config import ForwardConfig
+from rmsnorm_kernel.launch import CachedKernel
+
+TUNE = experiment_kernel("split_tune")
+WIDE = experiment_kernel("wide_split")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_wide_split_gives_the_package_kernels_bits(dtype, device):
+    if device == "cuda":  # n odd: the last chunk masked
+        n = 131072 - 3
+        cases = [(65536 if dtype != torch.float32 else 32768, 32, 1), (16384, 8, 2)]
+    else:
+        n, cases = 300, [(512, 4, 1)]
+    x = torch.randn(40, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    kernel = CachedKernel(WIDE.wide_split_kernel, cooperative=True)
+    for block, warps, per_sm in cases:
+        c = -(-n // block)
+        want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
+        cfg = ForwardConfig(block, 0, warps, split=c, stages=2)
+        call = functools.partial(TUNE.run, x, w, None, cfg)
+        swap = TUNE.swapped(ops, "FORWARD_SPLIT_STAGED", kernel, call)
+        run = TUNE.with_per_sm(per_sm, swap)
+        for _ in range(2):  # twice: the counters the first launch left serve the second
+            y, _, rstd = run()
+            assert_close(y, oracle_y(x, w), dtype, f"y of wide split {block} x {warps}")
+            assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, per_sm)
+    assert ops.FORWARD_SPLIT_STAGED is not kernel  # swapped back
