@@ -79,6 +79,12 @@ WIDE = {
     ],
     4: [(32768, 32, 2, 1), (16384, 16, 2, 1), (8192, 8, 2, 2)],
 }  # fmt: skip
+#: ``--wide-sync``: the WIDE configs also timed with wide_split.py's other waits (SYNCS: one lane
+#: a warp spinning; no wait, wrong values, for the bound).
+WIDE_SYNC = {(65536, 32, 2, 1), (32768, 32, 2, 1), (16384, 8, 2, 3)}
+#: ``--word``: (block, warps, programs per SM) of wide_split.word_forward (slot words, no
+#: counters, atomics or fences; float32 accumulation, no residual).
+WORD = {2: [(65536, 32, 1), (16384, 8, 2), (16384, 8, 3)], 4: [(32768, 32, 1), (8192, 8, 2)]}
 
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
@@ -178,6 +184,8 @@ def main():
     p.add_argument("--quick", action="store_true", help="only the heuristic, chunked, variants")
     p.add_argument("--staged", action="store_true", help="also the staged kernel's STAGED configs")
     p.add_argument("--wide", action="store_true", help="also wide_split.py's WIDE configs")
+    p.add_argument("--wide-sync", action="store_true", help="--wide, and WIDE_SYNC's other waits")
+    p.add_argument("--word", action="store_true", help="also wide_split.word_forward's WORD")
     args = p.parse_args()
     variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
     sms = config.sm_count(0)
@@ -207,25 +215,32 @@ def main():
                 block, 0, warps, split=c, stages=stages
             )
         fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
-        if args.wide and not has_res:
+        if (args.wide or args.wide_sync) and not has_res:
             from wide_split import wide_split_kernel
 
             from rmsnorm_kernel.launch import CachedKernel
 
-            wide = CachedKernel(wide_split_kernel, cooperative=True)
+            kernels = {"all": CachedKernel(wide_split_kernel, cooperative=True)}
+            if args.wide_sync:
+                import wide_split
+
+                for sync in wide_split.SYNCS[1:]:
+                    kernels[sync] = CachedKernel(wide_split.variant_kernel(sync), cooperative=True)
             for block, warps, stages, per_sm in WIDE[x.element_size()]:
                 c = -(-n // block)
                 if c > sms or block > n:
                     continue
-                name = f"wide {c}x{block} w{warps} s{stages} x{per_sm}/SM"
-                cfg = ForwardConfig(block, 0, warps, split=c, stages=stages)
-                cands[name] = cfg
-                fns[name] = with_per_sm(
-                    per_sm,
-                    swapped(
-                        ops, "FORWARD_SPLIT_STAGED", wide, functools.partial(run, x, w, res, cfg)
-                    ),
-                )
+                for sync, wide in kernels.items():
+                    if sync != "all" and (block, warps, stages, per_sm) not in WIDE_SYNC:
+                        continue
+                    name = f"wide {c}x{block} w{warps} s{stages} x{per_sm}/SM"
+                    name += "" if sync == "all" else f" sync={sync}"
+                    cfg = ForwardConfig(block, 0, warps, split=c, stages=stages)
+                    cands[name] = cfg
+                    call = functools.partial(run, x, w, res, cfg)
+                    fns[name] = with_per_sm(
+                        per_sm, swapped(ops, "FORWARD_SPLIT_STAGED", wide, call)
+                    )
         if base.split:  # the chunked walk too, for the record
             cands["chunked"] = ForwardConfig(config.LOOP_BLOCK, 0, config.LOOP_WARPS)
             fns["chunked"] = functools.partial(run, x, w, res, cands["chunked"])
@@ -237,6 +252,15 @@ def main():
             for v, kernel in variants.items():
                 cands[f"variant {v}"] = base
                 fns[f"variant {v}"] = with_kernel(kernel, fns["heuristic"])
+        if args.word and not has_res:
+            from wide_split import word_forward
+
+            for block, warps, per_sm in WORD[x.element_size()]:
+                if -(-n // block) > sms or block > n:
+                    continue
+                name = f"word {-(-n // block)}x{block} w{warps} x{per_sm}/SM"
+                cands[name] = None
+                fns[name] = functools.partial(word_forward, x, w, 1e-6, block, warps, per_sm)
         if args.coop and not has_res:
             from coop_forward import coop_forward
 

@@ -2,7 +2,9 @@
 each step, 16-bit chunks widened by their bits; 39th session, not in the package), swapped in for
 ``ops.FORWARD_SPLIT_STAGED`` as ``split_tune.py --wide`` does: the same bits as the package's split
 kernel (the same tasks, partials and order of additions) and float64's values. On the CPU one
-program a row (the interpreter); on a GPU 2 and 4 programs a row at 1 and 2 programs an SM."""
+program a row (the interpreter); on a GPU 2 and 4 programs a row at 1 and 2 programs an SM. Both
+waits that give values: every thread spinning, or one lane a warp (``SYNCS``; the same in the
+interpreter)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ TUNE = experiment_kernel("split_tune")
 WIDE = experiment_kernel("wide_split")
 
 
+@pytest.mark.parametrize("sync", ["all", "lane0"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_wide_split_gives_the_package_kernels_bits(dtype, device):
+def test_wide_split_gives_the_package_kernels_bits(dtype, sync, device):
     if device == "cuda":  # n odd: the last chunk masked
         n = 131072 - 3
         cases = [(65536 if dtype != torch.float32 else 32768, 32, 1), (16384, 8, 2)]
@@ -29,7 +32,7 @@ def test_wide_split_gives_the_package_kernels_bits(dtype, device):
         n, cases = 300, [(512, 4, 1)]
     x = torch.randn(40, n, device=device).to(dtype)
     w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
-    kernel = CachedKernel(WIDE.wide_split_kernel, cooperative=True)
+    kernel = CachedKernel(WIDE.variant_kernel(sync), cooperative=True)
     for block, warps, per_sm in cases:
         c = -(-n // block)
         want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
@@ -42,3 +45,22 @@ def test_wide_split_gives_the_package_kernels_bits(dtype, device):
             assert_close(y, oracle_y(x, w), dtype, f"y of wide split {block} x {warps}")
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, per_sm)
     assert ops.FORWARD_SPLIT_STAGED is not kernel  # swapped back
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_word_split_gives_the_package_kernels_bits(dtype, device):
+    """``wide_split.word_forward`` (slot words carrying epoch and partial: no counters, atomics
+    or fences): the package split kernel's bits, launch after launch (the epochs advance)."""
+    if device == "cuda":
+        n, cases = 131072 - 3, [(65536 if dtype != torch.float32 else 32768, 32, 1), (16384, 8, 2)]
+    else:
+        n, cases = 300, [(512, 4, 1)]
+    x = torch.randn(40, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    for block, warps, per_sm in cases:
+        c = -(-n // block)
+        want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
+        for _ in range(3):
+            y, rstd = WIDE.word_forward(x, w, 1e-6, block, warps, per_sm)
+            assert_close(y, oracle_y(x, w), dtype, f"y of word split {block} x {warps}")
+            assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, per_sm)
