@@ -82,9 +82,18 @@ WIDE = {
 #: ``--wide-sync``: the WIDE configs also timed with wide_split.py's other waits (SYNCS: one lane
 #: a warp spinning; no wait, wrong values, for the bound).
 WIDE_SYNC = {(65536, 32, 2, 1), (32768, 32, 2, 1), (16384, 8, 2, 3)}
-#: ``--word``: (block, warps, programs per SM) of wide_split.word_forward (slot words, no
-#: counters, atomics or fences; float32 accumulation, no residual).
-WORD = {2: [(65536, 32, 1), (16384, 8, 2), (16384, 8, 3)], 4: [(32768, 32, 1), (8192, 8, 2)]}
+#: ``--word``: (block, warps, programs per SM, ahead) of wide_split.word_forward (slot words, no
+#: counters, atomics or fences; float32 accumulation, no residual; ahead: the next chunk loaded
+#: before the wait). sm_90 (Triton 3.6) registers: bf16 65536 x 32 64, 16384 x 8 89 (ahead 165:
+#: one an SM), 32768 x 16 ahead 128 (40 bytes of stack); float32 32768 x 32 64 (16 of stack),
+#: 8192 x 8 ahead 128, 16384 x 16 ahead 128.
+WORD = {
+    2: [
+        (65536, 32, 1, False), (16384, 8, 2, False), (16384, 8, 3, False),
+        (16384, 8, 1, True), (32768, 16, 1, True),
+    ],
+    4: [(32768, 32, 1, False), (8192, 8, 2, False), (8192, 8, 2, True), (16384, 16, 1, True)],
+}  # fmt: skip
 
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
@@ -255,12 +264,13 @@ def main():
         if args.word and not has_res:
             from wide_split import word_forward
 
-            for block, warps, per_sm in WORD[x.element_size()]:
+            for block, warps, per_sm, ahead in WORD[x.element_size()]:
                 if -(-n // block) > sms or block > n:
                     continue
                 name = f"word {-(-n // block)}x{block} w{warps} x{per_sm}/SM"
+                name += " ahead" if ahead else ""
                 cands[name] = None
-                fns[name] = functools.partial(word_forward, x, w, 1e-6, block, warps, per_sm)
+                fns[name] = functools.partial(word_forward, x, w, 1e-6, block, warps, per_sm, ahead)
         if args.coop and not has_res:
             from coop_forward import coop_forward
 

@@ -149,6 +149,7 @@ _WORD_LOAD = tl.constexpr("ld.relaxed.gpu.global.b64 $0, [$1];")
 def word_split_kernel(
     X, W, Y, RSTD, SLOTS, stride_x, stride_w, w_row, M, N, eps,
     BLOCK: tl.constexpr, C: tl.constexpr, C_POW2: tl.constexpr, ASM: tl.constexpr,
+    AHEAD: tl.constexpr,  # load the next step's chunk before this step's wait (two in registers)
 ):  # fmt: skip
     """The wide split's plain schedule with no counters, atomics or fences: each (row, chunk) has
     one int64 slot word in SLOTS (M, C_POW2), never reset. Each launch writes every slot of each
@@ -165,21 +166,34 @@ def word_split_kernel(
     cols = chunk * BLOCK + tl.arange(0, BLOCK)
     mask = cols < N
     k = tl.arange(0, C_POW2)
-    for t in tl.range(pid, M * C, g, num_stages=1):
+    tasks = M * C
+    if AHEAD:  # the first step's chunk, loaded before the walk
+        x_next = tl.load(X + tl.cast(pid // C, tl.int64) * stride_x + cols, mask=mask, other=0.0)
+    else:
+        x_next = tl.zeros([BLOCK], dtype=X.dtype.element_ty)  # unused
+    for t in tl.range(pid, tasks, g, num_stages=1):
         row = tl.cast(t // C, tl.int64)
-        x16 = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
-        xf = x16.to(tl.float32)
-        s = tl.sum(xf * xf, axis=0)
         own = SLOTS + row * C_POW2 + chunk
-        bits = s.to(tl.uint32, bitcast=True).to(tl.uint64).to(tl.int64, bitcast=True)
-        # the slots past C (k >= C) stand in for chunk k % C: real, and at the same epoch
-        slots = SLOTS + row * C_POW2 + k % C
-        if ASM:
+        if ASM:  # issued first: its latency hides behind the chunk's load
             old = tl.inline_asm_elementwise(
                 _WORD_LOAD, "=l,l", [own.to(tl.int64, bitcast=True)], dtype=tl.int64,
                 is_pure=False, pack=1,
             )  # fmt: skip
-            epoch = ((old >> 32) + 1) & 0xFFFFFFFF
+        else:
+            old = tl.load(own)
+        if AHEAD:  # this step's chunk came a step ago; the next one's load goes on through the wait
+            x16 = x_next
+            nxt = tl.cast(tl.minimum(t + g, tasks - 1) // C, tl.int64)  # past the end: reloaded
+            x_next = tl.load(X + nxt * stride_x + cols, mask=mask, other=0.0)
+        else:
+            x16 = tl.load(X + row * stride_x + cols, mask=mask, other=0.0)
+        xf = x16.to(tl.float32)
+        s = tl.sum(xf * xf, axis=0)
+        bits = s.to(tl.uint32, bitcast=True).to(tl.uint64).to(tl.int64, bitcast=True)
+        epoch = ((old >> 32) + 1) & 0xFFFFFFFF
+        # the slots past C (k >= C) stand in for chunk k % C: real, and at the same epoch
+        slots = SLOTS + row * C_POW2 + k % C
+        if ASM:
             tl.inline_asm_elementwise(
                 _WORD_STORE, "=l,l,l", [own.to(tl.int64, bitcast=True), (epoch << 32) | bits],
                 dtype=tl.int64, is_pure=False, pack=1,
@@ -189,8 +203,6 @@ def word_split_kernel(
                 dtype=tl.int64, is_pure=False, pack=1,
             )  # fmt: skip
         else:
-            old = tl.load(own)
-            epoch = ((old >> 32) + 1) & 0xFFFFFFFF
             tl.store(own, (epoch << 32) | bits)
             words = tl.load(slots)
         low = (words & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
@@ -210,7 +222,7 @@ def word_split_kernel(
 _SLOTS: dict = {}
 
 
-def word_forward(x, w, eps, block, num_warps, per_sm=1):
+def word_forward(x, w, eps, block, num_warps, per_sm=1, ahead=False):
     """x: (M, N) 16-bit or float32 rows, unit column stride; w: (N,). Returns (y, rstd) through
     word_split_kernel, C = ceil(N / block) programs a row, a cooperative persistent grid."""
     import torch
@@ -232,6 +244,7 @@ def word_forward(x, w, eps, block, num_warps, per_sm=1):
         g, kwargs = c, {}
     word_split_kernel[(g,)](
         x, w, y, rstd, slots, x.stride(0), w.stride(0), 0, m, n, eps,
-        BLOCK=block, C=c, C_POW2=c_pow2, ASM=x.is_cuda, num_warps=num_warps, **kwargs,
+        BLOCK=block, C=c, C_POW2=c_pow2, ASM=x.is_cuda, AHEAD=ahead, num_warps=num_warps,
+        **kwargs,
     )  # fmt: skip
     return y, rstd

@@ -47,10 +47,12 @@ def test_wide_split_gives_the_package_kernels_bits(dtype, sync, device):
     assert ops.FORWARD_SPLIT_STAGED is not kernel  # swapped back
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_word_split_gives_the_package_kernels_bits(dtype, device):
+def test_word_split_gives_the_package_kernels_bits(dtype, ahead, device):
     """``wide_split.word_forward`` (slot words carrying epoch and partial: no counters, atomics
-    or fences): the package split kernel's bits, launch after launch (the epochs advance)."""
+    or fences), with and without the next chunk loaded ahead: the package split kernel's bits,
+    launch after launch (the epochs advance)."""
     if device == "cuda":
         n, cases = 131072 - 3, [(65536 if dtype != torch.float32 else 32768, 32, 1), (16384, 8, 2)]
     else:
@@ -61,6 +63,6 @@ def test_word_split_gives_the_package_kernels_bits(dtype, device):
         c = -(-n // block)
         want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
         for _ in range(3):
-            y, rstd = WIDE.word_forward(x, w, 1e-6, block, warps, per_sm)
+            y, rstd = WIDE.word_forward(x, w, 1e-6, block, warps, per_sm, ahead)
             assert_close(y, oracle_y(x, w), dtype, f"y of word split {block} x {warps}")
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, per_sm)
