@@ -16,6 +16,7 @@ anything is written.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,8 @@ from rmsnorm_kernel.experiment.core.settings import (
     override_culprit,
 )
 from rmsnorm_kernel.paths import CONFIG_DIR
+
+log = logging.getLogger(__name__)
 
 #: Exit status of a refused config (as the command set's).
 USAGE_EXIT = 2
@@ -251,11 +254,27 @@ def precheck(
         check_sweep(overrides, cfgs)
 
 
+def apart_note(output_dir: str, hydra_dir: str) -> str | None:
+    """The warning for a ``paths.output_dir`` away from Hydra's own run dir, or None where the
+    two are one dir: the run's files then go to ``output_dir`` while Hydra's (``.hydra/``, the
+    job log) stay in ``hydra_dir``."""
+    if Path(output_dir).resolve() == Path(hydra_dir).resolve():
+        return None
+    return (
+        f"paths.output_dir={output_dir}: this run's files go there, but Hydra's own (.hydra/, "
+        f"the job log) stay in {hydra_dir}; pass hydra.run.dir={output_dir} instead to keep "
+        "them in one dir"
+    )
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name=CONFIG_NAME)
 def _hydra_main(cfg: DictConfig) -> dict[str, Any]:
+    hydra_dir = HydraConfig.get().runtime.output_dir
     if cfg.paths.output_dir is None:  # default: everything under this run's Hydra dir
         with open_dict(cfg):
-            cfg.paths.output_dir = HydraConfig.get().runtime.output_dir
+            cfg.paths.output_dir = hydra_dir
+    elif note := apart_note(str(cfg.paths.output_dir), hydra_dir):
+        log.warning(note)
     try:
         return train(cfg)
     except SettingsError as e:  # Hydra would print a traceback and exit 1

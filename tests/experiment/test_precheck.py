@@ -31,7 +31,7 @@ from rmsnorm_kernel.experiment.core.settings import (
     check_train_config,
 )
 from rmsnorm_kernel.experiment.exports.checkpoint import make_metadata, write_checkpoint
-from rmsnorm_kernel.train import main, precheck
+from rmsnorm_kernel.train import apart_note, main, precheck
 
 LLAMA = "experiment=llama"
 
@@ -200,6 +200,18 @@ def test_training_into_a_finished_runs_dir_is_refused(tmp_path, monkeypatch, cap
     (tmp_path / "stopped").mkdir()
     (tmp_path / "stopped" / "train.log").write_text("")
     precheck([SMALL, f"hydra.run.dir={tmp_path / 'stopped'}"])
+
+
+def test_an_output_dir_away_from_hydras_run_dir_is_named_in_a_warning(tmp_path, monkeypatch):
+    """``paths.output_dir=X`` under the command: the run writes to X while Hydra keeps .hydra/
+    and the job log in its own run dir; the warning names both and the fix (hydra.run.dir=X).
+    The same dir, however written, is no warning."""
+    monkeypatch.chdir(tmp_path)
+    note = apart_note(str(tmp_path / "mine"), "outputs/train/runs/x")
+    assert note is not None and note.startswith(f"paths.output_dir={tmp_path / 'mine'}: ")
+    assert "outputs/train/runs/x" in note and f"hydra.run.dir={tmp_path / 'mine'}" in note
+    assert apart_note("outputs/train/runs/x", str(tmp_path / "outputs/train/runs/x")) is None
+    assert apart_note("a/../b", "b") is None
 
 
 # --- ckpt_path: a last.ckpt --------------------------------------------------------------------
