@@ -94,6 +94,11 @@ WORD = {
     ],
     4: [(32768, 32, 1, False), (8192, 8, 2, False), (8192, 8, 2, True), (16384, 16, 1, True)],
 }  # fmt: skip
+#: ``--cluster``: (block, warps) of cluster_split.cluster_forward (a row over the CTAs of one
+#: hardware cluster, C = ceil(N / block) <= 8, one cluster barrier a row). sm_90 (Triton 3.6)
+#: registers: bf16 65536 x 32 64 (184 bytes of stack), 32768 x 16 102, 16384 x 8 102; float32
+#: 32768 x 32 64, 16384 x 16 60.
+CLUSTER = {2: [(65536, 32), (32768, 16), (16384, 8)], 4: [(32768, 32), (16384, 16), (8192, 8)]}
 
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
@@ -195,6 +200,7 @@ def main():
     p.add_argument("--wide", action="store_true", help="also wide_split.py's WIDE configs")
     p.add_argument("--wide-sync", action="store_true", help="--wide, and WIDE_SYNC's other waits")
     p.add_argument("--word", action="store_true", help="also wide_split.word_forward's WORD")
+    p.add_argument("--cluster", action="store_true", help="also cluster_split's CLUSTER configs")
     args = p.parse_args()
     variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
     sms = config.sm_count(0)
@@ -271,6 +277,16 @@ def main():
                 name += " ahead" if ahead else ""
                 cands[name] = None
                 fns[name] = functools.partial(word_forward, x, w, 1e-6, block, warps, per_sm, ahead)
+        if args.cluster and not has_res:
+            from cluster_split import MAX_CLUSTER, cluster_forward
+
+            for block, warps in CLUSTER[x.element_size()]:
+                c = -(-n // block)
+                if c > MAX_CLUSTER or block > n:
+                    continue
+                name = f"cluster {c}x{block} w{warps}"
+                cands[name] = None
+                fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps)
         if args.coop and not has_res:
             from coop_forward import coop_forward
 

@@ -20,6 +20,7 @@ from rmsnorm_kernel.launch import CachedKernel
 
 TUNE = experiment_kernel("split_tune")
 WIDE = experiment_kernel("wide_split")
+CLUSTER = experiment_kernel("cluster_split")
 
 
 @pytest.mark.parametrize("sync", ["all", "lane0"])
@@ -66,3 +67,25 @@ def test_word_split_gives_the_package_kernels_bits(dtype, ahead, device):
             y, rstd = WIDE.word_forward(x, w, 1e-6, block, warps, per_sm, ahead)
             assert_close(y, oracle_y(x, w), dtype, f"y of word split {block} x {warps}")
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, per_sm)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cluster_split_gives_the_package_kernels_bits(dtype, device):
+    """``cluster_split.cluster_forward`` (a row over the CTAs of one hardware cluster, launched
+    as clusters by the launcher's metadata, one cluster barrier a row): the package split
+    kernel's bits, at 2, 4 and 8 CTAs a row on a GPU (the last chunk masked), one on the CPU."""
+    if device == "cuda":
+        n, cases = 131072 - 3, [(65536, 32), (32768, 16), (16384, 8)]
+        if dtype == torch.float32:
+            cases = [(65536, 32), (32768, 32), (16384, 16)]
+    else:
+        n, cases = 300, [(512, 4)]
+    x = torch.randn(40, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    for block, warps in cases:
+        c = -(-n // block)
+        want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
+        for _ in range(2):
+            y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps)
+            assert_close(y, oracle_y(x, w), dtype, f"y of cluster split {block} x {warps}")
+            assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps)

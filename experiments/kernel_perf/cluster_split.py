@@ -1,0 +1,125 @@
+"""An experiment (39th session, not in the package): rows split over the CTAs of a hardware
+thread-block cluster, on Triton 3.6, which cannot compile ``num_ctas > 1`` (its PlanCTA pass
+fails for every kernel here; see README, the seventh session of 2026-11-30).
+
+The kernel is compiled as an ordinary one-CTA program; only the *launch* makes clusters: Triton's
+NVIDIA launcher takes the cluster size from the ``num_ctas`` field of the packed metadata it is
+handed (``(num_warps, num_ctas, shared)`` on 3.6; ``gridDimX = grid * num_ctas``, cluster dims
+``(num_ctas, 1, 1)``), so :func:`cluster_forward` hands it ``C``. CTAs ``C*r .. C*r + C - 1`` then
+form one cluster, which the hardware schedules all at once: the C chunks of row ``r`` are
+co-resident by construction, with no cooperative or persistent grid, no counters and no spin.
+Each CTA sums its chunk's squares, stores the partial (one thread), and meets its partners at one
+``barrier.cluster`` (arrive.release / wait.acquire: the partials stored before the arrive are
+visible after the wait), then reads the row's C partials from L2 (``.cg``: a line of partials
+may sit stale in this SM's L1 from an earlier row), sums them in chunk order (the package's
+bits) and scales its chunk. It is the one-row kernel's schedule (the 16-bit chunk kept packed,
+widened by its bits; the weight loaded late), at one cluster barrier a row: quack's wide-row
+design, with the partials through L2 instead of distributed shared memory.
+
+x: (M, N) float16 / bfloat16 / float32 rows, unit column stride; w: (N,). float32 math.
+Clusters up to 8 CTAs (the portable limit)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from rmsnorm_kernel import kernels
+
+#: Every thread of the CTA arrives (release) and waits (acquire) at the cluster's barrier.
+_CLUSTER_BARRIER = tl.constexpr(
+    "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\nmov.u32 $0, 0;"
+)
+#: The most CTAs a cluster takes without the non-portable attribute.
+MAX_CLUSTER = 8
+
+
+@triton.jit
+def cluster_split_kernel(
+    X, W, Y, RSTD, PART, stride_x, stride_w, N, eps,
+    BLOCK: tl.constexpr, C: tl.constexpr, C_POW2: tl.constexpr, ASM: tl.constexpr,
+    EVEN: tl.constexpr,  # N == C * BLOCK: loads and stores without masks (registers)
+):  # fmt: skip
+    """CTA ``pid`` handles chunk ``pid % C`` of row ``pid // C``; PART (M, C_POW2) float32
+    scratch. ``ASM`` False (the interpreter, C = 1): no barrier."""
+    pid = tl.program_id(0)
+    row = tl.cast(pid // C, tl.int64)
+    chunk = pid % C
+    # scalar bases plus a constant range: per-element offsets the compiler folds into the
+    # address (a runtime ``chunk * BLOCK + arange`` costs registers: it spilled at 32 warps)
+    start = chunk * BLOCK
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N - start
+    x_ptr = X + row * stride_x + start
+    if EVEN:
+        x16 = tl.load(x_ptr + cols)
+    else:
+        x16 = tl.load(x_ptr + cols, mask=mask, other=0.0)
+    xf = x16.to(tl.float32)
+    s = tl.sum(xf * xf, axis=0)
+    if C > 1:
+        tl.store(PART + row * C_POW2 + chunk, s)
+        if ASM:
+            tl.inline_asm_elementwise(
+                _CLUSTER_BARRIER, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+            )
+        k = tl.arange(0, C_POW2)
+        parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
+        total = tl.sum(parts, axis=0)
+    else:
+        total = s
+    rstd = 1.0 / tl.sqrt(total / N + eps)
+    if X.dtype.element_ty == tl.float32:
+        y = x16 * rstd
+    else:
+        y = kernels._widen_by_bits(x16) * rstd
+    w_ptr = W + start * stride_w
+    y_ptr = Y + row * N + start
+    if EVEN:
+        w = tl.load(w_ptr + cols * stride_w)
+        tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty))
+    else:
+        w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
+        tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty), mask=mask)
+    tl.store(RSTD + row, rstd, mask=chunk == 0)
+
+
+#: (block, num_warps, C, device) -> the compiled kernel and its cluster-launch metadata.
+_COMPILED: dict = {}
+
+
+def cluster_forward(x, w, eps, block, num_warps):
+    """(y, rstd): ``x``'s rows over ``C = ceil(N / block)`` CTAs a cluster (C <= MAX_CLUSTER),
+    one row a cluster."""
+    import torch
+
+    m, n = x.shape
+    c = -(-n // block)
+    if c > MAX_CLUSTER:
+        raise ValueError(f"cluster_forward: {c} CTAs a row, over {MAX_CLUSTER} (block={block})")
+    c_pow2 = 1 << (c - 1).bit_length()
+    y = torch.empty_like(x)
+    rstd = torch.empty(m, device=x.device, dtype=torch.float32)
+    part = torch.empty(m * c_pow2, device=x.device, dtype=torch.float32)
+    args = (x, w, y, rstd, part, x.stride(0), w.stride(0), n, eps)
+    consts = dict(BLOCK=block, C=c, C_POW2=c_pow2, ASM=x.is_cuda, EVEN=n == c * block)
+    if not x.is_cuda or c == 1:  # one CTA a row: an ordinary launch
+        cluster_split_kernel[(m * c,)](*args, **consts, num_warps=num_warps)
+        return y, rstd
+    key = (block, num_warps, c, x.device, x.dtype, w.dtype)
+    if key not in _COMPILED:
+        compiled = cluster_split_kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps)
+        if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
+            compiled = compiled.result()
+        compiled._init_handles()
+        packed = list(compiled.packed_metadata)
+        packed[1] = c  # (num_warps, num_ctas, shared): the launcher's cluster size
+        _COMPILED[key] = (compiled, tuple(packed))
+    compiled, packed = _COMPILED[key]
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    # grid m: the launcher launches m * c CTAs in clusters of c
+    compiled.run(
+        m, 1, 1, stream, compiled.function, packed, None, None, None,
+        *args, *consts.values(),
+    )  # fmt: skip
+    return y, rstd
