@@ -77,7 +77,7 @@ def test_cluster_split_gives_the_package_kernels_bits(dtype, device):
     if device == "cuda":
         n, cases = 131072 - 3, [(65536, 32), (32768, 16), (16384, 8)]
         if dtype == torch.float32:
-            cases = [(65536, 32), (32768, 32), (16384, 16)]
+            cases = [(32768, 32), (16384, 16)]  # 4 and 8 a row (65536 float32 would spill)
     else:
         n, cases = 300, [(512, 4)]
     x = torch.randn(40, n, device=device).to(dtype)
