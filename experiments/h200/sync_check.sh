@@ -6,7 +6,7 @@
 # atomics or fences); a row over the CTAs of one hardware cluster (one cluster barrier a row, no
 # persistent grid); beside the heuristic and coop mode 3. No carry. Writes $OUT/sync_pytest.log,
 # sync_tune.log, sync_tune.json,
-# cluster_tune.json (~7-8 minutes).
+# cluster_tune.json (~8-9 minutes).
 #   [SHAPES=512x131072,...] bash experiments/h200/sync_check.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
@@ -19,6 +19,6 @@ timeout "${TUNE_S:-200}" python3 experiments/kernel_perf/split_tune.py --quick -
   --json "$OUT/sync_tune.json" 2>&1 | grep -v -i warn | tee -a "$OUT/sync_tune.log"
 # The cluster launch in a process of its own: a launch the driver refuses badly cannot spoil the
 # timings above.
-timeout "${CLUSTER_S:-120}" python3 experiments/kernel_perf/split_tune.py --quick --cluster \
+timeout "${CLUSTER_S:-180}" python3 experiments/kernel_perf/split_tune.py --quick --cluster \
   --rounds 3 --shapes "${SHAPES-512x131072,256x262144,1024x65536,2048x32768}" \
   --json "$OUT/cluster_tune.json" 2>&1 | grep -v -i warn | tee -a "$OUT/sync_tune.log"

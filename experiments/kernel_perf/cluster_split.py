@@ -30,6 +30,8 @@ from rmsnorm_kernel import kernels
 _CLUSTER_BARRIER = tl.constexpr(
     "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\nmov.u32 $0, 0;"
 )
+_CLUSTER_ARRIVE = tl.constexpr("barrier.cluster.arrive.release.aligned;\nmov.u32 $0, 0;")
+_CLUSTER_WAIT = tl.constexpr("barrier.cluster.wait.acquire.aligned;\nmov.u32 $0, 0;")
 #: The most CTAs a cluster takes without the non-portable attribute.
 MAX_CLUSTER = 8
 
@@ -39,6 +41,7 @@ def cluster_split_kernel(
     X, W, Y, RSTD, PART, stride_x, stride_w, N, eps,
     BLOCK: tl.constexpr, C: tl.constexpr, C_POW2: tl.constexpr, ASM: tl.constexpr,
     EVEN: tl.constexpr,  # N == C * BLOCK: loads and stores without masks (registers)
+    W_EARLY: tl.constexpr = False,  # arrive, load the weight, then wait (its latency in the wait)
 ):  # fmt: skip
     """CTA ``pid`` handles chunk ``pid % C`` of row ``pid // C``; PART (M, C_POW2) float32
     scratch. ``ASM`` False (the interpreter, C = 1): no barrier."""
@@ -57,12 +60,23 @@ def cluster_split_kernel(
         x16 = tl.load(x_ptr + cols, mask=mask, other=0.0)
     xf = x16.to(tl.float32)
     s = tl.sum(xf * xf, axis=0)
+    w_ptr = W + start * stride_w
     if C > 1:
         tl.store(PART + row * C_POW2 + chunk, s)
+        if ASM and W_EARLY:
+            tl.inline_asm_elementwise(
+                _CLUSTER_ARRIVE, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+            )
+        if W_EARLY:
+            if EVEN:
+                w = tl.load(w_ptr + cols * stride_w)
+            else:
+                w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
         if ASM:
             tl.inline_asm_elementwise(
-                _CLUSTER_BARRIER, "=r", [], dtype=tl.int32, is_pure=False, pack=1
-            )
+                _CLUSTER_WAIT if W_EARLY else _CLUSTER_BARRIER, "=r", [], dtype=tl.int32,
+                is_pure=False, pack=1,
+            )  # fmt: skip
         k = tl.arange(0, C_POW2)
         parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
         total = tl.sum(parts, axis=0)
@@ -73,13 +87,15 @@ def cluster_split_kernel(
         y = x16 * rstd
     else:
         y = kernels._widen_by_bits(x16) * rstd
-    w_ptr = W + start * stride_w
     y_ptr = Y + row * N + start
+    if not (W_EARLY and C > 1):  # loaded late: not held through the wait
+        if EVEN:
+            w = tl.load(w_ptr + cols * stride_w)
+        else:
+            w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
     if EVEN:
-        w = tl.load(w_ptr + cols * stride_w)
         tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty))
     else:
-        w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
         tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + row, rstd, mask=chunk == 0)
 
@@ -88,7 +104,7 @@ def cluster_split_kernel(
 _COMPILED: dict = {}
 
 
-def cluster_forward(x, w, eps, block, num_warps):
+def cluster_forward(x, w, eps, block, num_warps, w_early=False):
     """(y, rstd): ``x``'s rows over ``C = ceil(N / block)`` CTAs a cluster (C <= MAX_CLUSTER),
     one row a cluster."""
     import torch
@@ -103,10 +119,11 @@ def cluster_forward(x, w, eps, block, num_warps):
     part = torch.empty(m * c_pow2, device=x.device, dtype=torch.float32)
     args = (x, w, y, rstd, part, x.stride(0), w.stride(0), n, eps)
     consts = dict(BLOCK=block, C=c, C_POW2=c_pow2, ASM=x.is_cuda, EVEN=n == c * block)
+    consts["W_EARLY"] = w_early
     if not x.is_cuda or c == 1:  # one CTA a row: an ordinary launch
         cluster_split_kernel[(m * c,)](*args, **consts, num_warps=num_warps)
         return y, rstd
-    key = (block, num_warps, c, x.device, x.dtype, w.dtype)
+    key = (block, num_warps, c, x.device, x.dtype, w.dtype, w_early)
     if key not in _COMPILED:
         compiled = cluster_split_kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps)
         if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)

@@ -94,11 +94,16 @@ WORD = {
     ],
     4: [(32768, 32, 1, False), (8192, 8, 2, False), (8192, 8, 2, True), (16384, 16, 1, True)],
 }  # fmt: skip
-#: ``--cluster``: (block, warps) of cluster_split.cluster_forward (a row over the CTAs of one
-#: hardware cluster, C = ceil(N / block) <= 8, one cluster barrier a row). sm_90 (Triton 3.6)
-#: registers: bf16 65536 x 32 64 (184 bytes of stack), 32768 x 16 102, 16384 x 8 102; float32
-#: 32768 x 32 64, 16384 x 16 60.
-CLUSTER = {2: [(65536, 32), (32768, 16), (16384, 8)], 4: [(32768, 32), (16384, 16), (8192, 8)]}
+#: ``--cluster``: (block, warps, w_early) of cluster_split.cluster_forward (a row over the CTAs
+#: of one hardware cluster, C = ceil(N / block) <= 8, one cluster barrier a row; w_early: arrive,
+#: load the weight, then wait). sm_90 (Triton 3.6) registers: bf16 65536 x 32 64 (184 bytes of
+#: stack), 32768 x 16 102 (w_early 123), 16384 x 8 102 (121); float32 32768 x 32 64 (w_early: 24
+#: bytes of stack), 16384 x 16 60 (83).
+CLUSTER = {
+    2: [(65536, 32, False), (32768, 16, False), (16384, 8, False), (32768, 16, True),
+        (16384, 8, True)],
+    4: [(32768, 32, False), (16384, 16, False), (16384, 16, True)],
+}  # fmt: skip
 
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
@@ -280,13 +285,13 @@ def main():
         if args.cluster and not has_res:
             from cluster_split import MAX_CLUSTER, cluster_forward
 
-            for block, warps in CLUSTER[x.element_size()]:
+            for block, warps, early in CLUSTER[x.element_size()]:
                 c = -(-n // block)
                 if c > MAX_CLUSTER or block > n:
                     continue
-                name = f"cluster {c}x{block} w{warps}"
+                name = f"cluster {c}x{block} w{warps}" + (" w_early" if early else "")
                 cands[name] = None
-                fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps)
+                fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps, early)
         if args.coop and not has_res:
             from coop_forward import coop_forward
 

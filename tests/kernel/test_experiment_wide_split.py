@@ -69,11 +69,13 @@ def test_word_split_gives_the_package_kernels_bits(dtype, ahead, device):
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, per_sm)
 
 
+@pytest.mark.parametrize("w_early", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_cluster_split_gives_the_package_kernels_bits(dtype, device):
+def test_cluster_split_gives_the_package_kernels_bits(dtype, w_early, device):
     """``cluster_split.cluster_forward`` (a row over the CTAs of one hardware cluster, launched
     as clusters by the launcher's metadata, one cluster barrier a row): the package split
-    kernel's bits, at 2, 4 and 8 CTAs a row on a GPU (the last chunk masked), one on the CPU."""
+    kernel's bits, at 2, 4 and 8 CTAs a row on a GPU (the last chunk masked), one on the CPU;
+    with the weight loaded between the barrier's arrive and wait too."""
     if device == "cuda":
         n, cases = 131072 - 3, [(65536, 32), (32768, 16), (16384, 8)]
         if dtype == torch.float32:
@@ -86,6 +88,6 @@ def test_cluster_split_gives_the_package_kernels_bits(dtype, device):
         c = -(-n // block)
         want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
         for _ in range(2):
-            y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps)
+            y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps, w_early)
             assert_close(y, oracle_y(x, w), dtype, f"y of cluster split {block} x {warps}")
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps)
