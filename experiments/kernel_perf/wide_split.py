@@ -51,7 +51,10 @@ def variant_kernel(sync: str):
     with open(__file__) as f:
         src = f.read()
     old = "SYNC: tl.constexpr = " + '"all",'  # the signature's (not this line's)
-    assert src.count(old) == 1 and sync in SYNCS
+    if sync not in SYNCS:
+        raise ValueError(f"variant_kernel: sync must be one of {SYNCS} (got {sync!r})")
+    if src.count(old) != 1:
+        raise RuntimeError(f"variant_kernel: {old!r} occurs {src.count(old)} times in {__file__}")
     path = f"{tempfile.mkdtemp()}/wide_split_{sync}.py"
     with open(path, "w") as f:
         f.write(src.replace(old, f'SYNC: tl.constexpr = "{sync}",'))
