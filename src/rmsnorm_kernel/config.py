@@ -359,7 +359,7 @@ class ForwardConfig:
     With ``split``, ``stages`` > 1 takes the staged kernel
     (``kernels.rmsnorm_forward_split_staged_kernel``: the chunk loads ``stages - 1`` steps ahead
     in shared memory, where the default keeps two in registers; the same bits); the heuristic
-    does not take it: built and checked for sm_90, not yet timed on a GPU (see SPLIT_FORWARD).
+    does not take it: it lost to the default at every shape timed (see SPLIT_FORWARD).
     """
 
     block: int
@@ -703,11 +703,11 @@ SPLIT_PROGRAMS_PER_SM = 1
 #: split on an H100, 2048 x 32768 94.7 against 115.3; float32 1024 x 65536 225.0 chunked against
 #: 227.1). Narrower chunks lose (a step's wait is paid per chunk: bf16 8192 x 8 warps 147.1 at
 #: 512 x 131072 on the H100), wider ones spill; 16 warps lose for bf16 (135.9).
-#: The staged kernel (``ForwardConfig(split=..., stages > 1)``, 38th session) is not taken yet:
-#: the kernel above keeps at most two chunks of loads in flight per SM (~64 KiB; ~2.6 TB/s on
-#: the H200 at 512 x 131072), which looks like the limit; the staged one lets Triton's pipeliner
-#: keep ``stages - 1`` chunks in flight in shared memory. Its sm_90 build is checked in CI
-#: (tests/kernel/test_split_staged_build.py); no device was lent in that session to time it.
+#: The staged kernel (``ForwardConfig(split=..., stages > 1)``, 38th session: Triton's pipeliner
+#: keeps ``stages - 1`` chunks of loads in flight in shared memory) is not taken: on an H100 (39th
+#: session, split_tune.py --staged, results/h100_2026-12-05g) it lost at every shape, e.g. bf16
+#: 512 x 131072 123.4 us at best (16 x 8192, 3 stages, 2 an SM) against 122.2, 64 x 1048576 149.7
+#: against 133.0, float32 512 x 131072 248.0 against 229.4: loads in flight were not the limit.
 SPLIT_MIN_N = 131072
 SPLIT_FORWARD = {2: (16384, 8), 4: (8192, 16)}
 
