@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib.util
-import inspect
 import json
+import os
 import statistics
-import tempfile
+import sys
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -131,20 +130,13 @@ VARIANTS = {"carry": _CARRY, "cg": _CG, "carry_cg": _CARRY + _CG}
 def variant_kernel(name):
     """The split kernel of VARIANTS[name], compiled from a patched copy of kernels.py imported
     as a module of the package (its relative imports resolve), in a cooperative CachedKernel."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loaded by path in tests
+    from patched import load_patched
+
     from rmsnorm_kernel import kernels
     from rmsnorm_kernel.launch import CachedKernel
 
-    src = inspect.getsource(kernels)
-    for old, new in VARIANTS[name]:
-        if src.count(old) != 1:
-            raise SystemExit(f"variant {name}: {old!r} occurs {src.count(old)} times")
-        src = src.replace(old, new)
-    path = f"{tempfile.mkdtemp()}/kernels_{name}.py"
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"rmsnorm_kernel.kernels_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_patched(kernels.__file__, VARIANTS[name], f"rmsnorm_kernel.kernels_{name}")
     return CachedKernel(module.rmsnorm_forward_split_kernel, cooperative=True)
 
 

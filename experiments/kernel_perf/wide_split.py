@@ -45,23 +45,17 @@ bar.warp.sync -1;
 def variant_kernel(sync: str):
     """``wide_split_kernel`` with SYNC's default set to ``sync`` (one of SYNCS), compiled from a
     patched copy of this file (Triton reads a kernel's source from its file)."""
-    import importlib.util
-    import tempfile
+    import os
+    import sys
 
-    with open(__file__) as f:
-        src = f.read()
-    old = "SYNC: tl.constexpr = " + '"all",'  # the signature's (not this line's)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from patched import load_patched
+
     if sync not in SYNCS:
         raise ValueError(f"variant_kernel: sync must be one of {SYNCS} (got {sync!r})")
-    if src.count(old) != 1:
-        raise RuntimeError(f"variant_kernel: {old!r} occurs {src.count(old)} times in {__file__}")
-    path = f"{tempfile.mkdtemp()}/wide_split_{sync}.py"
-    with open(path, "w") as f:
-        f.write(src.replace(old, f'SYNC: tl.constexpr = "{sync}",'))
-    spec = importlib.util.spec_from_file_location(f"wide_split_{sync}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.wide_split_kernel
+    old = "SYNC: tl.constexpr = " + '"all",'  # the signature's (not this line's)
+    new = f'SYNC: tl.constexpr = "{sync}",'
+    return load_patched(__file__, [(old, new)], f"wide_split_{sync}").wide_split_kernel
 
 
 @triton.jit(do_not_specialize=["M"])
