@@ -6,7 +6,8 @@ and may itself be a split config once SPLIT_FORWARD takes it), then split config
 (block, warps) in the grid below, ``split = ceil(N / block)``. Each config is checked against
 float64 first (a wrong one is reported, never timed). Writes a JSON of medians and a table.
 ``--staged``: also the staged kernel's configs (STAGED; ``ForwardConfig.stages`` > 1), some at
-two programs per SM (TWO_PER_SM). ``--variants``, ``--coop``: see below.
+two programs per SM (TWO_PER_SM). ``--pkg-cluster``: the package's cluster forward
+(``ForwardConfig.cluster``; PKG_CLUSTER). ``--variants``, ``--coop``: see below.
 
     PYTHONPATH=src python3 experiments/kernel_perf/split_tune.py --json OUT.json [--rounds 3]
 """
@@ -104,6 +105,15 @@ CLUSTER = {
     4: [(32768, 32, False), (16384, 16, False), (16384, 16, True)],
 }  # fmt: skip
 
+#: ``--pkg-cluster``: (block, warps) of the package's cluster forward (``ForwardConfig.cluster``,
+#: 40th session: cluster_split.py's kernel with every feature, launched by ``CachedKernel``),
+#: C = ceil(N / block) <= 8. sm_90 (Triton 3.6) registers: bf16 65536 x 32 64 (with a residual
+#: 264 bytes of stack: not timed there), 32768 x 16 82 (residual 102), 16384 x 8 72 (86); fp16
+#: 32768 x 16 94 (128); float32 32768 x 32 64, 16384 x 16 60.
+PKG_CLUSTER = {
+    2: [(65536, 32), (32768, 16), (16384, 8), (32768, 32)],
+    4: [(32768, 32), (16384, 16), (16384, 32)],
+}
 
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
 #: old string must occur once: a kernel that changed fails loudly), for A/B in one process:
@@ -198,6 +208,9 @@ def main():
     p.add_argument("--wide-sync", action="store_true", help="--wide, and WIDE_SYNC's other waits")
     p.add_argument("--word", action="store_true", help="also wide_split.word_forward's WORD")
     p.add_argument("--cluster", action="store_true", help="also cluster_split's CLUSTER configs")
+    p.add_argument(
+        "--pkg-cluster", action="store_true", help="also the package's PKG_CLUSTER configs"
+    )
     args = p.parse_args()
     variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
     sms = config.sm_count(0)
@@ -226,6 +239,11 @@ def main():
             cands[f"staged {c}x{block} w{warps} s{stages}"] = ForwardConfig(
                 block, 0, warps, split=c, stages=stages
             )
+        for block, warps in PKG_CLUSTER[x.element_size()] if args.pkg_cluster else []:
+            c = -(-n // block)
+            if c > config.MAX_CLUSTER or block > n or (has_res and block * warps == 65536 * 32):
+                continue  # (bf16 65536 x 32 warps spills with a residual)
+            cands[f"pkg cluster {c}x{block} w{warps}"] = ForwardConfig(block, 0, warps, cluster=c)
         fns = {name: functools.partial(run, x, w, res, cfg) for name, cfg in cands.items()}
         if (args.wide or args.wide_sync) and not has_res:
             from wide_split import wide_split_kernel

@@ -360,6 +360,11 @@ class ForwardConfig:
     (``kernels.rmsnorm_forward_split_staged_kernel``: the chunk loads ``stages - 1`` steps ahead
     in shared memory, where the default keeps two in registers; the same bits); the heuristic
     does not take it: it lost to the default at every shape timed (see SPLIT_FORWARD).
+    ``cluster``: 0, or each row split over the ``cluster`` CTAs (<= 8) of one hardware
+    thread-block cluster (``kernels.rmsnorm_forward_cluster_kernel``; ``rows == 0``, ``block``
+    columns a CTA, ``cluster * block >= N``): x read from DRAM once, with one cluster barrier a
+    row and no persistent grid. Compiled kernels on Hopper or newer; through the interpreter,
+    ``cluster`` 1 only (CLUSTER_FORWARD).
     """
 
     block: int
@@ -373,12 +378,16 @@ class ForwardConfig:
     stream: bool = False
     stages: int = 1
     split: int = 0
+    cluster: int = 0
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
         _check_block("ForwardConfig.block", self.block)
         _check_warps("ForwardConfig.num_warps", self.num_warps)
         _check_ctas("ForwardConfig.ctas", self.ctas)
+        if self.cluster:
+            self._check_cluster(n)
+            return
         if self.split:
             self._check_split(n)
             return
@@ -412,6 +421,38 @@ class ForwardConfig:
                 f"and block == N = {n} (got rows={self.rows}, block={self.block})"
             )
 
+    def _others(self) -> dict[str, bool]:
+        """The options the split-row and cluster kernels do not take, and whether each is set."""
+        return {
+            "ctas": self.ctas > 1,
+            "packed": self.packed,
+            "unmasked": self.unmasked,
+            "evict_last": self.evict_last,
+            "pdl": self.pdl,
+            "stream": self.stream,
+        }
+
+    def _check_cluster(self, n: int) -> None:
+        if not 0 < self.cluster <= MAX_CLUSTER:
+            raise ContractValueError(
+                f"ForwardConfig.cluster must be 0 (off) or 1 to {MAX_CLUSTER}, the CTAs of a "
+                f"portable thread-block cluster (got {self.cluster})"
+            )
+        if self.rows != 0 or self.cluster * self.block < n:
+            raise ContractValueError(
+                "ForwardConfig.cluster splits one row over cluster CTAs of block columns: rows "
+                f"== 0 and cluster * block >= N = {n} (got rows={self.rows}, "
+                f"cluster={self.cluster}, block={self.block})"
+            )
+        taken = [name for name, on in self._others().items() if on]
+        taken += ["split"] if self.split else []
+        taken += ["stages"] if self.stages != 1 else []
+        if taken:
+            raise ContractValueError(
+                f"ForwardConfig.cluster takes none of {', '.join(taken)} (the cluster kernel "
+                "has its own schedule): leave them at their defaults"
+            )
+
     def _check_split(self, n: int) -> None:
         if self.split < 0:
             raise ContractValueError(f"ForwardConfig.split must be >= 0 (got {self.split})")
@@ -421,17 +462,9 @@ class ForwardConfig:
                 f"== 0 and split * block >= N = {n} (got rows={self.rows}, split={self.split}, "
                 f"block={self.block})"
             )
-        others = {
-            "ctas": self.ctas > 1,
-            "packed": self.packed,
-            "unmasked": self.unmasked,
-            "evict_last": self.evict_last,
-            "pdl": self.pdl,
-            "stream": self.stream,
-        }
         if self.stages < 1:
             raise ContractValueError(f"ForwardConfig.stages must be >= 1 (got {self.stages})")
-        taken = [name for name, on in others.items() if on]
+        taken = [name for name, on in self._others().items() if on]
         if taken:
             raise ContractValueError(
                 f"ForwardConfig.split takes none of {', '.join(taken)} (the split-row kernel "
@@ -783,6 +816,29 @@ def check_forward_split(config: ForwardConfig, device_index: int | None) -> None
         raise ContractValueError(
             f"ForwardConfig.split must be <= {sms}, the programs this GPU keeps resident at once "
             f"(got {config.split})"
+        )
+
+
+#: The most CTAs a thread-block cluster takes without the non-portable size attribute.
+MAX_CLUSTER = 8
+
+
+def check_forward_cluster(config: ForwardConfig, device_index: int | None) -> None:
+    """An explicit cluster config must be able to run here: clusters of more than one CTA need
+    compiled kernels on a Hopper or newer NVIDIA GPU (the interpreter runs programs one after
+    another: 1)."""
+    if config.cluster <= 1:
+        return
+    if device_index is None or BACKEND == "interpreter":
+        raise ContractValueError(
+            "ForwardConfig.cluster > 1 needs compiled kernels on a GPU: Triton's interpreter "
+            "runs programs one after another, so a row's CTAs cannot meet (got "
+            f"cluster={config.cluster}; 1 runs the kernel here)"
+        )
+    if not hopper(device_index):
+        raise ContractValueError(
+            "ForwardConfig.cluster > 1 needs thread-block clusters: an NVIDIA GPU of compute "
+            f"capability 9.0 or newer (got cluster={config.cluster})"
         )
 
 

@@ -216,15 +216,21 @@ class CachedKernel:
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
     tuple in signature order). ``cooperative``: every compiled launch is cooperative
-    (``launch_cooperative_grid``). ``launches`` counts ``compiled`` (through ``JITFunction.run``)
+    (``launch_cooperative_grid``). ``cluster``: ``num_ctas`` makes *launch* clusters of a kernel
+    compiled for one CTA: program ``p`` of the grid becomes CTAs ``p * num_ctas ..`` of one
+    cluster, each a whole program that finds its place from ``program_id`` (see
+    :meth:`_compile_cluster`), where otherwise Triton splits one program's tensors over the
+    CTAs itself (Triton >= 3.8). ``launches`` counts ``compiled`` (through ``JITFunction.run``)
     and ``cached`` launches, so that GPU tests can check that the cached path really runs.
     """
 
-    def __init__(self, fn, cooperative: bool = False) -> None:
+    def __init__(self, fn, cooperative: bool = False, cluster: bool = False) -> None:
         self.fn = fn
         # compiled launches go through cuLaunchCooperativeKernel, which refuses a grid whose
         # programs cannot all be resident at once (kernels whose programs wait for each other)
         self._compile_options = {"launch_cooperative_grid": True} if cooperative else {}
+        self.cluster = cluster
+        self._clustered: dict[tuple, object] = {}  # key -> CompiledKernel (for launch hooks)
         self._layouts: dict[int, _Layout] = {}  # per len(args): the floats come after them
         self.handles: dict[tuple, tuple] = {}
         self.launches = {"compiled": 0, "cached": 0}
@@ -305,7 +311,17 @@ class CachedKernel:
             args, consts, num_warps, num_stages, device_index, num_ctas, pdl
         )
         handle = self.handles.get(key)
-        if handle is None or _hooks_installed():
+        if self.cluster and num_ctas > 1:
+            if handle is None:
+                layout.check(args)
+                handle = self._compile_cluster(
+                    key, grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas
+                )
+            if _hooks_installed():  # the hooks see this launch, as JITFunction.run's
+                compiled = self._clustered[key]
+                self._run_hooked(compiled, handle, grid, args, floats, consts, device_index)
+                return
+        elif handle is None or _hooks_installed():
             layout.check(args)
             if len(self.handles) >= MAX_HANDLES:
                 self.handles.clear()
@@ -343,6 +359,52 @@ class CachedKernel:
         else:
             run(*params, *args, *floats, *consts)
         self.launches["cached"] += 1
+
+    def _compile_cluster(
+        self, key, grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas
+    ) -> tuple:
+        """Compile ``fn`` for one CTA, without launching it (``JITFunction.warmup``: a launch
+        before the metadata is patched would run unclustered), and keep its handle with the
+        packed launch metadata ``(num_warps, num_ctas, shared)`` (triton 3.6-3.9) patched to
+        ``num_ctas``: Triton's NVIDIA launcher then sets the cluster dimension to it and
+        multiplies the grid's x by it."""
+        if len(self.handles) >= MAX_HANDLES:
+            self.handles.clear()
+            self._clustered.clear()
+        with torch.cuda.device(device_index):
+            compiled = self.fn.warmup(
+                *without_cow(args), *floats, *consts, grid=grid, num_warps=num_warps,
+                num_stages=num_stages, **self._compile_options,
+            )  # fmt: skip
+        if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
+            compiled = compiled.result()
+        compiled._init_handles()
+        packed = compiled.packed_metadata
+        if len(packed) != 3 or packed[1] != 1:
+            raise RuntimeError(
+                "rmsnorm_kernel: this Triton packs its launch metadata otherwise than (num_warps, "
+                f"num_ctas, shared) (got {packed}); the cluster launch cannot be made"
+            )
+        handle = (compiled.run, compiled.function, (packed[0], num_ctas, packed[2]))
+        self.handles[key] = handle
+        self._clustered[key] = compiled
+        self.launches["compiled"] += 1
+        return handle
+
+    @staticmethod
+    def _run_hooked(compiled, handle, grid, args, floats, consts, device_index) -> None:
+        """A cluster launch with Triton's launch hooks (a profiler) called around it, as
+        ``CompiledKernel.run`` would."""
+        run, function, packed = handle
+        stream = torch._C._cuda_getCurrentRawStream(device_index)
+        grid3 = (*grid, 1, 1)[:3]
+        hooks = _knobs.runtime
+        meta = compiled.launch_metadata(grid3, stream, *args, *floats, *consts)
+        with torch.cuda.device(device_index):
+            run(
+                *grid3, stream, function, packed, meta, hooks.launch_enter_hook,
+                hooks.launch_exit_hook, *without_cow(args), *floats, *consts,
+            )  # fmt: skip
 
 
 #: :meth:`CachedKernel._launch` as Dynamo must meet it: a frame it runs eagerly, never traces.

@@ -31,6 +31,7 @@ from .config import (
     ForwardConfig,
     backward_config,
     cap_split_grid,
+    check_forward_cluster,
     check_forward_split,
     check_forward_stages,
     check_pdl,
@@ -54,6 +55,8 @@ _INT32_MAX = 2**31 - 1
 log = logging.getLogger("rmsnorm_kernel")
 FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
+#: Launched as clusters of ForwardConfig.cluster CTAs, compiled for one (see CachedKernel).
+FORWARD_CLUSTER = CachedKernel(kernels.rmsnorm_forward_cluster_kernel, cluster=True)
 #: Cooperative: the programs of a row wait for each other (ForwardConfig.split).
 FORWARD_SPLIT = CachedKernel(kernels.rmsnorm_forward_split_kernel, cooperative=True)
 FORWARD_SPLIT_STAGED = CachedKernel(kernels.rmsnorm_forward_split_staged_kernel, cooperative=True)
@@ -266,6 +269,7 @@ def launch_forward(
     else:
         config.check(n)
         check_pdl("ForwardConfig.pdl", config.pdl, index)
+        check_forward_cluster(config, index)
         if config.split:
             check_forward_split(config, index)
             if config.stages > 1:  # the staged split kernel pipelines x and the residual
@@ -295,6 +299,27 @@ def launch_forward(
     rs = torch.empty(m, device=x2.device, dtype=acc) if store else y
     rstd = rs if keep_rstd else None
     pdl = config.pdl
+    if config.cluster:
+        c = config.cluster
+        if m * c > _INT32_MAX:
+            raise ContractValueError(
+                f"ForwardConfig.cluster: M * cluster CTAs must stay below 2**31 (got M={m}, "
+                f"cluster={c}); use fewer CTAs a row"
+            )
+        c_pow2 = 1 << (c - 1).bit_length()
+        part = torch.empty(m * c_pow2, device=x2.device, dtype=acc) if c > 1 else rs
+        FORWARD_CLUSTER.launch(
+            (m,),  # the launcher makes m clusters of c CTAs
+            (x2, r, w, y, h if has_r else y, rs, part, sx, sr, sw, n),
+            floats,
+            (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store)
+            + (n == c * block,),
+            config.num_warps,
+            1,
+            index,
+            c,
+        )
+        return y, h, rstd
     if config.split:
         c = config.split
         grid = split_grid(config, m, index)
