@@ -1,7 +1,7 @@
 """The Triton kernels, and nothing else: forward (one row or several rows per program, or one
-row over several programs of a cooperative launch), backward
-(dx, and dweight finished in the same launch or by a second, fixed-order sum launch), and the row
-reduction that wide backward rows need first.
+row over several programs of a cooperative launch or over the CTAs of a thread-block cluster),
+backward (dx, and dweight finished in the same launch or by a second, fixed-order sum launch),
+and the row reduction that wide backward rows need first.
 
 Math for one row of ``N`` values (``ACC`` is float32, or float64 for float64 outputs)::
 
