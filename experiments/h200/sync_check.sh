@@ -15,13 +15,16 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/sync_tune.log"
-timeout "${PYTEST_S:-140}" python3 -m pytest -q -p no:cacheprovider \
+timeout "${PYTEST_S:-120}" python3 -m pytest -q -p no:cacheprovider \
   tests/kernel/test_cluster_forward.py > "$OUT/sync_pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$OUT/sync_pytest.log"
 timeout "${CLUSTER_S:-200}" python3 experiments/kernel_perf/split_tune.py --quick --cluster \
   --pkg-cluster --rounds 3 \
   --shapes "${CSHAPES-512x131072,256x262144,1024x65536,64x1048576,2048x32768}" \
   --json "$OUT/cluster_tune.json" 2>&1 | grep -v -i warn | tee -a "$OUT/sync_tune.log"
-timeout "${TUNE_S:-110}" python3 experiments/kernel_perf/split_tune.py --quick --wide-sync --word \
+# Step 3 only with the time left of a TOTAL_S-second call (default 540).
+left=$(( ${TOTAL_S:-540} - SECONDS - 10 ))
+[ "$left" -gt 60 ] || { echo "no time left for step 3 ($left s)"; exit 0; }
+timeout "$left" python3 experiments/kernel_perf/split_tune.py --quick --wide-sync --word \
   --coop --rounds 3 --shapes "${SHAPES-512x131072,1024x65536}" \
   --json "$OUT/sync_tune.json" 2>&1 | grep -v -i warn | tee -a "$OUT/sync_tune.log"
