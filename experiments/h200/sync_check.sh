@@ -11,12 +11,12 @@
 #    against float64 before it is timed (the err column).
 # No carry. Writes $OUT/sync_pytest.log, sync_tune.log, cluster_tune.json, sync_tune.json
 # (~8-9 minutes; a 600 s call).
-#   [SHAPES=512x131072,...] [CSHAPES=...] bash experiments/h200/sync_check.sh
+#   [SHAPES=512x131072,...] [CSHAPES=...] [PYTEST_K=...] bash experiments/h200/sync_check.sh
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD/experiments/kernel_perf
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/sync_tune.log"
 timeout "${PYTEST_S:-120}" python3 -m pytest -q -p no:cacheprovider \
-  tests/kernel/test_cluster_forward.py > "$OUT/sync_pytest.log" 2>&1
+  tests/kernel/test_cluster_forward.py ${PYTEST_K:+-k "$PYTEST_K"} > "$OUT/sync_pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$OUT/sync_pytest.log"
 timeout "${CLUSTER_S:-200}" python3 experiments/kernel_perf/split_tune.py --quick --cluster \
   --pkg-cluster --rounds 3 \
