@@ -158,3 +158,57 @@ def experiment_kernel(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def assert_graph_replays(launch, want, what: str) -> None:
+    """``launch()`` (a tuple of tensors or None) warmed up on a side stream, captured in a CUDA
+    graph and replayed twice, its outputs zeroed before each replay: every tensor it returns
+    equals ``want``'s, bit for bit."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launch()  # warm up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = launch()
+    for _ in range(2):
+        for t in got:
+            if t is not None:
+                t.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(got, want, strict=True):
+            assert (a is None) == (b is None), what
+            assert a is None or torch.equal(a, b), f"graph replay differs from eager: {what}"
+
+
+def feature_matrix(test):
+    """``test(device, offset, with_weight, llama)`` over the one-row kernel's features: offset 0
+    and 1, a weight or none, Llama's rounding or not (the split-row and cluster kernels' tests)."""
+    import pytest
+
+    for name, values in (
+        ("offset", [0.0, 1.0]),
+        ("with_weight", [True, False]),
+        ("llama", [False, True]),
+    ):
+        test = pytest.mark.parametrize(name, values)(test)
+    return test
+
+
+def feature_rows(device, with_weight: bool, m: int = 4, n: int = 700):
+    """``(x, w or None)``: bf16 rows and a weight near 1 for :func:`feature_matrix` tests."""
+    x = torch.randn(m, n, device=device).to(torch.bfloat16)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(torch.bfloat16) if with_weight else None
+    return x, w
+
+
+def forward_with(x, w, cfg, *, offset=0.0, residual=None, llama=False, keep_rstd=True, eps=1e-6):
+    """``ops.launch_forward`` of rows ``x`` with an explicit config: ``(y, h or None, rstd)``,
+    y in x's dtype."""
+    from rmsnorm_kernel import ops
+
+    return ops.launch_forward(
+        x, w, residual, eps, offset, x.dtype, llama=llama, config=cfg, keep_rstd=keep_rstd
+    )

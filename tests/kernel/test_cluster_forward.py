@@ -11,9 +11,20 @@ and unmasked), CUDA-graph replay, the cached launch and Triton's launch hooks.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
-from kernel_helpers import TOLERANCES, assert_close, oracle, oracle_y
+from kernel_helpers import (
+    TOLERANCES,
+    assert_close,
+    assert_graph_replays,
+    feature_matrix,
+    feature_rows,
+    forward_with,
+    oracle,
+    oracle_y,
+)
 
 from rmsnorm_kernel import config, ops
 from rmsnorm_kernel.config import ForwardConfig
@@ -22,11 +33,7 @@ from rmsnorm_kernel.contract import ContractValueError
 BF16 = torch.bfloat16
 EPS = 1e-6
 
-
-def _launch(x, w, cfg, *, offset=0.0, residual=None, llama=False, keep_rstd=True):
-    return ops.launch_forward(
-        x, w, residual, EPS, offset, x.dtype, llama=llama, config=cfg, keep_rstd=keep_rstd
-    )
+_launch = forward_with
 
 
 def _pairs(
@@ -67,15 +74,11 @@ def test_cluster_matches_the_oracle_and_the_split_kernels_bits(device, dtype, n)
         _same(_launch(x, w, cfg), got, f"{cfg} not reproducible")
 
 
-@pytest.mark.parametrize("offset", [0.0, 1.0])
-@pytest.mark.parametrize("with_weight", [True, False])
-@pytest.mark.parametrize("llama", [False, True])
+@feature_matrix
 def test_cluster_features(device, offset, with_weight, llama):
     """Offset, no weight and Llama's rounding (x * r rounded to x's dtype before the weight)."""
-    n = 700
-    x = torch.randn(4, n, device=device).to(BF16)
-    w = (1 + 0.5 * torch.randn(n, device=device)).to(BF16) if with_weight else None
-    for cfg, split in _pairs(n, device, on_gpu=(4,)):
+    x, w = feature_rows(device, with_weight)
+    for cfg, split in _pairs(x.shape[1], device, on_gpu=(4,)):
         got = _launch(x, w, cfg, offset=offset, llama=llama)
         assert_close(got[0], oracle_y(x, w, offset=offset), BF16, f"y with {cfg}")
         _same(got, _launch(x, w, split, offset=offset, llama=llama), cfg)
@@ -159,19 +162,8 @@ def test_cluster_wide_rows_and_graph_replay(dtype):
             assert_close(y, oracle_y(x, w), dtype, f"y, {n} columns over {c} CTAs")
             assert torch.equal(y, y2) and torch.equal(rstd, rstd2), cfg
             _same((y, None, rstd), _launch(x, w, ForwardConfig(block, 0, warps, split=c)), cfg)
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                _launch(x, w, cfg)  # warm up on the capture stream
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                yg, _, rg = _launch(x, w, cfg)
-            for _ in range(2):
-                yg.zero_()
-                graph.replay()
-                torch.cuda.synchronize()
-                assert torch.equal(yg, y) and torch.equal(rg, rstd), f"graph replay: {cfg}"
+            call = functools.partial(_launch, x, w, cfg)
+            assert_graph_replays(call, (y, None, rstd), str(cfg))
 
 
 @pytest.mark.gpu

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import TOLERANCES, assert_close, oracle, oracle_y
+from kernel_helpers import (
+    TOLERANCES,
+    assert_close,
+    assert_graph_replays,
+    feature_matrix,
+    feature_rows,
+    forward_with,
+    oracle,
+    oracle_y,
+)
 
 import rmsnorm_kernel as rk
 from rmsnorm_kernel import config, ops
@@ -25,11 +34,7 @@ from rmsnorm_kernel.contract import ContractValueError
 BF16 = torch.bfloat16
 EPS = 1e-6
 
-
-def _launch(x, w, cfg, *, offset=0.0, residual=None, llama=False, keep_rstd=True):
-    return ops.launch_forward(
-        x, w, residual, EPS, offset, x.dtype, llama=llama, config=cfg, keep_rstd=keep_rstd
-    )
+_launch = forward_with
 
 
 def _counters_whole(x, split):
@@ -95,15 +100,11 @@ def test_split_matches_the_oracle(device, dtype, n):
         _counters_whole(x, cfg.split)
 
 
-@pytest.mark.parametrize("offset", [0.0, 1.0])
-@pytest.mark.parametrize("with_weight", [True, False])
-@pytest.mark.parametrize("llama", [False, True])
+@feature_matrix
 def test_split_features(device, offset, with_weight, llama):
     """Offset, no weight and Llama's rounding (x * r rounded to x's dtype before the weight)."""
-    n = 700
-    x = torch.randn(4, n, device=device).to(BF16)
-    w = (1 + 0.5 * torch.randn(n, device=device)).to(BF16) if with_weight else None
-    for cfg in _split_of(n, device):
+    x, w = feature_rows(device, with_weight)
+    for cfg in _split_of(x.shape[1], device):
         y, _, _ = _launch(x, w, cfg, offset=offset, llama=llama)
         plain, _, _ = _launch(x, w, ForwardConfig(1024, 0, 4), offset=offset, llama=llama)
         assert_close(y, oracle_y(x, w, offset=offset), BF16, f"y with {cfg}")
@@ -184,19 +185,7 @@ def test_split_wide_rows_and_graph_replay(stages):
     y, _, rstd = _launch(x, w, cfg)
     assert_close(y, oracle_y(x, w), BF16, "y, 131067 columns over 8 programs")
     _counters_whole(x, 8)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        _launch(x, w, cfg)  # warm up on the capture stream
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        yg, _, rg = _launch(x, w, cfg)
-    for _ in range(2):
-        yg.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(yg, y) and torch.equal(rg, rstd), "graph replay differs from eager"
+    assert_graph_replays(lambda: _launch(x, w, cfg), (y, None, rstd), str(cfg))
     _counters_whole(x, 8)
 
 
