@@ -290,3 +290,61 @@ def test_readable_copies_a_copy_on_write_input_only_where_torch_has_no_read_only
     want_y = rk.rmsnorm(view, w, 1e-6)
     want_dx, want_dw = ops.launch_backward(dy, view, w, rstd, 0.0, None, view.dtype)
     assert torch.equal(y, want_y) and torch.equal(dx, want_dx) and torch.equal(dw, want_dw)
+
+
+class _FakeClusterJit(_FakeJit):
+    """``_FakeJit`` with ``warmup``: a compile that launches nothing, whose handle's packed launch
+    metadata is ``packed`` (Triton's NVIDIA backend: ``(num_warps, num_ctas, shared)``)."""
+
+    def __init__(self, events, packed=(4, 1, 0)):
+        super().__init__(events)
+        self.packed = packed
+
+    def warmup(self, *args, grid, **kwargs):
+        events, packed = self.events, self.packed
+        events.append(("warmup", grid, kwargs.get("num_ctas", 1)))
+
+        class Compiled:
+            function, packed_metadata = "f", packed
+
+            @staticmethod
+            def _init_handles():
+                events.append(("init",))
+
+            @staticmethod
+            def run(*params):
+                events.append(("run", params[:6], params[9:]))
+
+        return Compiled
+
+
+def test_a_cluster_launch_compiles_one_cta_and_launches_clusters(fake_cuda):
+    """``CachedKernel(cluster=True)``: the first launch of a key compiles for one CTA without
+    launching (a launch before the metadata is patched would run unclustered), then every launch,
+    the first included, goes through the launcher with ``num_ctas`` patched into the packed
+    metadata (which sets the cluster size and multiplies the grid by it); one CTA a cluster is an
+    ordinary launch."""
+    events = []
+    kernel = fake_cuda.CachedKernel(_FakeClusterJit(events), cluster=True)
+    a, b = torch.zeros(64), torch.zeros(32)
+    for _ in range(2):
+        kernel.launch((5,), (a, b, 4, 64), (), (32, 128), 8, 1, 0, 4)
+    assert [e[0] for e in events] == ["warmup", "init", "run", "run"]
+    assert events[0][1:] == ((5,), 1)  # compiled for one CTA, on the caller's grid
+    for _, params, rest in events[2:]:
+        assert params[:3] == (5, 1, 1) and params[3] == 7  # the grid in clusters, the stream
+        assert params[5] == (4, 4, 0)  # (num_warps, num_ctas, shared): 4 CTAs a cluster
+        assert rest == (a.data_ptr(), b.data_ptr(), 4, 64, 32, 128)
+    assert kernel.launches == {"compiled": 1, "cached": 2}
+    events.clear()
+    kernel.launch((5,), (a, b, 4, 64), (), (32, 128), 8, 1, 0, 1)  # one CTA: [grid](...)
+    assert [e[0] for e in events] == ["compile"]
+
+
+def test_a_cluster_launch_refuses_metadata_it_cannot_patch(fake_cuda):
+    """A Triton that packs its launch metadata otherwise (or already clusters the kernel) is
+    refused by name rather than launched unclustered."""
+    for packed in ((4, 2, 0), (4, 1, 0, 0)):
+        kernel = fake_cuda.CachedKernel(_FakeClusterJit([], packed), cluster=True)
+        with pytest.raises(RuntimeError, match="cluster launch cannot be made"):
+            kernel.launch((5,), (torch.zeros(4), torch.zeros(4), 4, 64), (), (32, 128), 8, 1, 0, 4)
