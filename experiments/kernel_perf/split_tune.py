@@ -179,7 +179,9 @@ def heuristic(x, residual):
     half = x.element_size() == 2
     packable = x.dtype if half and residual is None else None
     row_bytes = n * x.element_size() if residual is None else 0
-    return config.forward_config(m, n, 0, False, packable, row_bytes, x.element_size())
+    return config.forward_config(
+        m, n, 0, False, packable, row_bytes, x.element_size(), residual is not None
+    )
 
 
 def run(x, w, res, cfg):

@@ -821,6 +821,20 @@ def check_forward_split(config: ForwardConfig, device_index: int | None) -> None
 
 #: The most CTAs a thread-block cluster takes without the non-portable size attribute.
 MAX_CLUSTER = 8
+#: Rows at least this wide split over the CTAs of one hardware cluster where CLUSTER_FORWARD has
+#: a plan, CLUSTER_FORWARD[(x's element size, a residual added)] = (block, warps), cluster =
+#: ceil(N / block) <= MAX_CLUSTER (wider rows take the rules after it). Empty: the cluster
+#: forward (40th session) has not run on a GPU yet, so the heuristic never takes it; fill it
+#: from ``split_tune.py --pkg-cluster`` (experiments/kernel_perf/README.md, fortieth session).
+#: bf16 65536 x 32 warps spills with a residual (264 bytes of stack on sm_90), hence the key.
+CLUSTER_MIN_N = 131072
+CLUSTER_FORWARD: dict[tuple[int, bool], tuple[int, int]] = {}
+
+
+def cluster_launch_here(device_index: int | None) -> bool:
+    """Whether compiled kernels can launch thread-block clusters here: an NVIDIA Hopper or newer
+    GPU, not the interpreter (any Triton of the supported range: the launch makes them)."""
+    return BACKEND != "interpreter" and device_index is not None and hopper(device_index)
 
 
 def check_forward_cluster(config: ForwardConfig, device_index: int | None) -> None:
@@ -909,16 +923,19 @@ def forward_config(
     packable: torch.dtype | None = None,
     row_bytes: int = 0,
     itemsize: int = 2,
+    residual: bool = False,
 ) -> ForwardConfig:
     """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
     ``device_index`` (None: the interpreter); ``float64``: float64 math (never clustered: not
     measured); ``packable``: the rows' dtype where the packed pass could take them (16-bit rows
     and no residual; see PACKED_FORWARD), else None; ``row_bytes``: the bytes of one row of x
     where the evict_last hint could take it (no residual; see EVICT_LAST_ROW_BYTES), else 0;
-    ``itemsize``: bytes of one value of x (ROWS_SHORT_TILE_BYTES)."""
-    config = _forward_geometry(m, n, device_index, float64, packable, itemsize)
+    ``itemsize``: bytes of one value of x (ROWS_SHORT_TILE_BYTES); ``residual``: a residual is
+    added (CLUSTER_FORWARD)."""
+    config = _forward_geometry(m, n, device_index, float64, packable, itemsize, residual)
     lo, hi = EVICT_LAST_ROW_BYTES
-    if lo <= row_bytes <= hi and config.rows == 0 and config.ctas == 1 and not config.split:
+    one_cta_row = config.rows == 0 and config.ctas == 1 and not (config.split or config.cluster)
+    if lo <= row_bytes <= hi and one_cta_row:
         warps = max(config.num_warps, EVICT_LAST_MIN_WARPS.get(config.block, 1))
         config = dataclasses.replace(config, evict_last=True, num_warps=warps)
     return config
@@ -931,6 +948,7 @@ def _forward_geometry(
     float64: bool,
     packable: torch.dtype | None,
     itemsize: int,
+    residual: bool = False,
 ) -> ForwardConfig:
     """:func:`forward_config` before the evict_last rule."""
     if n <= ROWS_MAX_N:
@@ -958,6 +976,12 @@ def _forward_geometry(
     if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
+    plan = CLUSTER_FORWARD.get((itemsize, residual)) if n >= CLUSTER_MIN_N else None
+    if plan is not None and not float64 and cluster_launch_here(device_index):
+        block, warps = plan
+        cluster = -(-n // block)
+        if cluster <= MAX_CLUSTER:
+            return ForwardConfig(block, 0, warps, cluster=cluster)
     if n >= SPLIT_MIN_N and not float64 and itemsize in SPLIT_FORWARD:
         block, warps = SPLIT_FORWARD[itemsize]
         split = -(-n // block)

@@ -223,8 +223,11 @@ def _heuristic_forward(x2, residual2, m, n, index, acc) -> ForwardConfig:
     """The heuristic's forward config for these rows (:func:`config.forward_config`)."""
     # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
     packable = x2.dtype if x2.element_size() == 2 and residual2 is None else None
-    row_bytes = n * x2.element_size() if residual2 is None else 0
-    return forward_config(m, n, index, acc == torch.float64, packable, row_bytes, x2.element_size())
+    has_residual = residual2 is not None
+    row_bytes = 0 if has_residual else n * x2.element_size()
+    return forward_config(
+        m, n, index, acc == torch.float64, packable, row_bytes, x2.element_size(), has_residual
+    )
 
 
 def launch_forward(

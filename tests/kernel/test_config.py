@@ -195,6 +195,36 @@ def test_rocm_is_never_taken_for_hopper(monkeypatch):
         config.hopper.cache_clear()
 
 
+def test_wide_rows_take_a_cluster_where_cluster_forward_has_a_plan(h200, monkeypatch):
+    """CLUSTER_FORWARD (empty until measured: the heuristic takes no cluster today) keyed by
+    element size and residual: rows from CLUSTER_MIN_N columns over ceil(N / block) <= 8 CTAs of
+    a hardware cluster on Hopper, before the split-row rule; not float64, not where a row needs
+    more than 8 CTAs (the split rule then), not in the interpreter or off Hopper."""
+    monkeypatch.setattr(config, "BACKEND", "cuda")
+    monkeypatch.setattr(config, "cooperative_here", lambda index: index is not None)
+    assert config.CLUSTER_FORWARD == {}  # not measured: the split rule as before
+    assert config.forward_config(512, 131072, 0, itemsize=2).cluster == 0
+    plans = {(2, False): (65536, 32), (2, True): (32768, 16), (4, False): (32768, 32)}
+    monkeypatch.setattr(config, "CLUSTER_FORWARD", plans)
+    config.forward_config.cache_clear()
+    bf16 = config.forward_config(512, 131072, 0, False, None, 131072 * 2, 2)
+    assert bf16 == config.ForwardConfig(65536, 0, 32, cluster=2)
+    res = config.forward_config(512, 131072, 0, itemsize=2, residual=True)
+    assert res == config.ForwardConfig(32768, 0, 16, cluster=4)
+    assert config.forward_config(3, 150000, 0, itemsize=4).cluster == 5  # a ragged last CTA
+    assert config.forward_config(3, 8 * 65536, 0, itemsize=2).cluster == 8
+    assert config.forward_config(3, 8 * 65536 + 1, 0, itemsize=2).split == 33  # 9 CTAs: split
+    assert config.forward_config(3, 131071, 0, itemsize=2).cluster == 0  # below CLUSTER_MIN_N
+    assert config.forward_config(3, 262144, 0, True, None, 0, 8).cluster == 0  # float64
+    for cfg, n in [(bf16, 131072), (res, 131072)]:
+        cfg.check(n)
+    assert config.forward_config(512, 131072, None, itemsize=2).cluster == 0  # the interpreter
+    monkeypatch.setattr(config, "hopper", lambda index: False)
+    config.forward_config.cache_clear()
+    assert config.forward_config(512, 131072, 0, itemsize=2).cluster == 0  # no clusters
+    config.forward_config.cache_clear()
+
+
 def test_wide_rows_split_over_cooperative_programs(h200, monkeypatch):
     """SPLIT_FORWARD: rows wider than 65536 columns split over programs of one cooperative launch
     (bf16 512 x 131072 123.0 us vs 140.5 chunked, float32 231.3 vs 277.6 on an H100); 16-bit
