@@ -242,13 +242,14 @@ def test_the_heuristic_unmasks_rows_exactly_one_block_wide_at_small_m():
 @pytest.mark.parametrize("residual", [False, True])
 def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypatch, residual):
     """The launcher offers the packed pass 16-bit rows without a residual only, the evict_last
-    rule the row's bytes without a residual only, and the short-row tile x's value size."""
+    rule the row's bytes without a residual only, the short-row tile x's value size, and the
+    cluster rule whether a residual is added (CLUSTER_FORWARD's key)."""
     seen = []
     real = config.forward_config
 
-    def spy(m, n, index, float64=False, packable=None, row_bytes=0, itemsize=2):
-        seen.append((packable, row_bytes, itemsize))
-        return real(m, n, index, float64, packable, row_bytes, itemsize)
+    def spy(m, n, index, float64=False, packable=None, row_bytes=0, itemsize=2, has_res=False):
+        seen.append((packable, row_bytes, itemsize, has_res))
+        return real(m, n, index, float64, packable, row_bytes, itemsize, has_res)
 
     monkeypatch.setattr(ops, "forward_config", spy)
     x = torch.randn(2, 64, device=device)
@@ -259,7 +260,7 @@ def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypa
         row_bytes = 0 if residual else 64 * dtype.itemsize
         seen.clear()
         ops.launch_forward(x.to(dtype), None, res.to(dtype) if residual else None, 1e-6, 0.0, dtype)
-        assert seen == [(expected, row_bytes, dtype.itemsize)], dtype
+        assert seen == [(expected, row_bytes, dtype.itemsize, residual)], dtype
 
 
 def test_the_heuristic_hints_evict_last_on_rows_of_the_measured_bytes(monkeypatch):
