@@ -821,14 +821,47 @@ def check_forward_split(config: ForwardConfig, device_index: int | None) -> None
 
 #: The most CTAs a thread-block cluster takes without the non-portable size attribute.
 MAX_CLUSTER = 8
-#: Rows at least this wide split over the CTAs of one hardware cluster where CLUSTER_FORWARD has
-#: a plan, CLUSTER_FORWARD[(x's element size, a residual added)] = (block, warps), cluster =
-#: ceil(N / block) <= MAX_CLUSTER (wider rows take the rules after it). Empty: the cluster
-#: forward (40th session) has not run on a GPU yet, so the heuristic never takes it; fill it
-#: from ``split_tune.py --pkg-cluster`` (experiments/kernel_perf/README.md, fortieth session).
-#: bf16 65536 x 32 warps spills with a residual (264 bytes of stack on sm_90), hence the key.
-CLUSTER_MIN_N = 131072
-CLUSTER_FORWARD: dict[tuple[int, bool], tuple[int, int]] = {}
+#: Rows of at least this many bytes of x split over the CTAs of one hardware cluster where
+#: CLUSTER_FORWARD has a plan: CLUSTER_FORWARD[(x's dtype, a residual added)] = (block, warps)
+#: plans, the first with cluster = ceil(N / block) <= MAX_CLUSTER taken (wider rows take the
+#: rules after it). Graph replay, 3 interleaved rounds, H200, Triton 3.6 (split_tune.py
+#: --pkg-cluster, 41st session, experiments/h200/results_2026-12-06), against the heuristic of
+#: the time (the split-row kernel from 131072 columns, else the chunked walk) in the same run:
+#:   bf16 512 x 131072 8 x 16384 at 8 warps 83.6-84.0 us vs 108.3-108.9 (at 4 warps 85.1, 16
+#:   95.9; 2 x 65536 at 32 87.2; quack 68.2 on the bench of 2026-12-05); 1024 x 100000 7 x 16384
+#:   133.2 vs 151.3; wider rows 65536 at 32: 256 x 262144 90.3 vs 110.1, 128 x 524288 92.7 vs
+#:   110.9, 1024 x 150000 (3 CTAs) 214.9 vs 252.0;
+#:   fp16 512 x 131072 8 x 16384 at 8 88.1-88.6 vs 107.6-108.0; no wider plan: 256 x 262144
+#:   4 x 65536 at 32 111.3 vs 109.4 (fp16's widening by bits is slow in wide chunks);
+#:   bf16 + residual 4 x 32768 at 32: 512 x 131072 150.3 vs 158.4, 256 x 262144 (8 CTAs) 151.7
+#:   vs 159.4 (bf16 65536 x 32 warps spills with a residual: 264 bytes of stack on sm_90);
+#:   float32 32768 at 32: 1024 x 65536 149.5 vs 167.6, 1024 x 100000 257.5 vs 314.5, 512 x
+#:   131072 155.7 vs 204.0, 256 x 262144 156.5 vs 207.5; + residual 1024 x 65536 278.6 vs 313.8,
+#:   512 x 131072 278.6 vs 300.1.
+#: Not where one CTA holds the row: bf16 1024 x 65536 (128 KiB, the packed pass, an earlier
+#: rule) 70.5 vs 70.6 at 1 x 65536 and 80.7 at 4 x 16384; the smallest row measured to win is
+#: bf16 100000 (195 KiB). Not over 8 CTAs of these blocks (the split rule); not fp16 with a
+#: residual (not measured).
+CLUSTER_MIN_ROW_BYTES = 192 * 1024
+CLUSTER_FORWARD: dict[tuple[torch.dtype, bool], tuple[tuple[int, int], ...]] = {
+    (torch.bfloat16, False): ((16384, 8), (65536, 32)),
+    (torch.float16, False): ((16384, 8),),
+    (torch.bfloat16, True): ((32768, 32),),
+    (torch.float32, False): ((32768, 32),),
+    (torch.float32, True): ((32768, 32),),
+}
+
+
+def cluster_plan(n: int, dtype: torch.dtype | None, residual: bool) -> tuple[int, int, int] | None:
+    """``(block, warps, cluster)`` of CLUSTER_FORWARD's first plan that covers a row of ``n``
+    values of ``dtype`` in at most MAX_CLUSTER CTAs, or None (no plan, or too narrow a row)."""
+    if dtype is None or n * dtype.itemsize < CLUSTER_MIN_ROW_BYTES:
+        return None
+    for block, warps in CLUSTER_FORWARD.get((dtype, residual), ()):
+        cluster = -(-n // block)
+        if cluster <= MAX_CLUSTER:
+            return block, warps, cluster
+    return None
 
 
 def cluster_launch_here(device_index: int | None) -> bool:
@@ -924,6 +957,7 @@ def forward_config(
     row_bytes: int = 0,
     itemsize: int = 2,
     residual: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> ForwardConfig:
     """The forward heuristic: rows of ``n`` values, ``m`` of them, on CUDA device
     ``device_index`` (None: the interpreter); ``float64``: float64 math (never clustered: not
@@ -931,8 +965,8 @@ def forward_config(
     and no residual; see PACKED_FORWARD), else None; ``row_bytes``: the bytes of one row of x
     where the evict_last hint could take it (no residual; see EVICT_LAST_ROW_BYTES), else 0;
     ``itemsize``: bytes of one value of x (ROWS_SHORT_TILE_BYTES); ``residual``: a residual is
-    added (CLUSTER_FORWARD)."""
-    config = _forward_geometry(m, n, device_index, float64, packable, itemsize, residual)
+    added, ``dtype``: x's dtype (CLUSTER_FORWARD's key; None: no cluster plan)."""
+    config = _forward_geometry(m, n, device_index, float64, packable, itemsize, residual, dtype)
     lo, hi = EVICT_LAST_ROW_BYTES
     one_cta_row = config.rows == 0 and config.ctas == 1 and not (config.split or config.cluster)
     if lo <= row_bytes <= hi and one_cta_row:
@@ -949,6 +983,7 @@ def _forward_geometry(
     packable: torch.dtype | None,
     itemsize: int,
     residual: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> ForwardConfig:
     """:func:`forward_config` before the evict_last rule."""
     if n <= ROWS_MAX_N:
@@ -973,15 +1008,15 @@ def _forward_geometry(
         return ForwardConfig(block, 0, warps, packed=True, unmasked=unmasked_pass)
     if n <= MAX_FUSED_N:
         return ForwardConfig(block, 0, _row_warps(block), unmasked=unmasked(m, n, block))
+    # before FWD_CLUSTERS: float32 1024 x 65536 149.5 us over a launch-made cluster (41st
+    # session) against 164.1 over Triton's (seventh session; both H200, not in one run)
+    plan = cluster_plan(n, dtype, residual)
+    if plan is not None and not float64 and cluster_launch_here(device_index):
+        block, warps, cluster = plan
+        return ForwardConfig(block, 0, warps, cluster=cluster)
     if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)
-    plan = CLUSTER_FORWARD.get((itemsize, residual)) if n >= CLUSTER_MIN_N else None
-    if plan is not None and not float64 and cluster_launch_here(device_index):
-        block, warps = plan
-        cluster = -(-n // block)
-        if cluster <= MAX_CLUSTER:
-            return ForwardConfig(block, 0, warps, cluster=cluster)
     if n >= SPLIT_MIN_N and not float64 and itemsize in SPLIT_FORWARD:
         block, warps = SPLIT_FORWARD[itemsize]
         split = -(-n // block)

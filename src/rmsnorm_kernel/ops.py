@@ -226,7 +226,15 @@ def _heuristic_forward(x2, residual2, m, n, index, acc) -> ForwardConfig:
     has_residual = residual2 is not None
     row_bytes = 0 if has_residual else n * x2.element_size()
     return forward_config(
-        m, n, index, acc == torch.float64, packable, row_bytes, x2.element_size(), has_residual
+        m,
+        n,
+        index,
+        acc == torch.float64,
+        packable,
+        row_bytes,
+        x2.element_size(),
+        has_residual,
+        x2.dtype,
     )
 
 

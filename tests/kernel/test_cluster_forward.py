@@ -196,3 +196,30 @@ def test_a_cluster_launch_needs_hopper(monkeypatch):
     monkeypatch.setattr(config, "hopper", lambda index: False)
     with pytest.raises(ContractValueError, match="compute capability 9.0"):
         _launch(x, None, ForwardConfig(256, 0, 4, cluster=2))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "key", sorted(config.CLUSTER_FORWARD, key=str), ids=lambda k: f"{k[0]}-res{int(k[1])}"
+)
+def test_the_heuristic_takes_its_cluster_plans(key):
+    """Each CLUSTER_FORWARD plan, taken by the heuristic at the widest row it covers (exact and
+    ragged: 8 CTAs), against the oracle and the split kernel of the same block and warps (the
+    same bits)."""
+    dtype, residual = key
+    if not config.cluster_launch_here(torch.cuda.current_device()):
+        pytest.skip("needs a Hopper or newer GPU (thread-block clusters)")
+    for block, warps in config.CLUSTER_FORWARD[key]:
+        n = block * config.MAX_CLUSTER  # the widest row the plan covers
+        for cols in (n, n - 3):
+            x = torch.randn(40, cols, device="cuda").to(dtype)
+            w = (1 + 0.5 * torch.randn(cols, device="cuda")).to(dtype)
+            res = torch.randn(40, cols, device="cuda").to(dtype) if residual else None
+            index = x.device.index
+            cfg = ops._heuristic_forward(x, res, 40, cols, index, torch.float32)
+            assert (cfg.block, cfg.num_warps, cfg.cluster) == (block, warps, 8), (key, cols, cfg)
+            got = ops.launch_forward(x, w, res, EPS, 0.0, dtype)
+            want_y, want_h, *_ = oracle(x, w, torch.zeros_like(x), EPS, residual=res)
+            assert_close(got[0], want_y, dtype, f"y, {cols} columns with {cfg}")
+            split = ForwardConfig(cfg.block, 0, cfg.num_warps, split=cfg.cluster)
+            _same(got, _launch(x, w, split, residual=res), cfg)

@@ -5,8 +5,11 @@ config these produce in tests/kernel/test_gpu.py on the GPU."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rmsnorm_kernel import config
+
+BF16 = torch.bfloat16
 
 H200_SMS = 132
 
@@ -196,33 +199,57 @@ def test_rocm_is_never_taken_for_hopper(monkeypatch):
 
 
 def test_wide_rows_take_a_cluster_where_cluster_forward_has_a_plan(h200, monkeypatch):
-    """CLUSTER_FORWARD (empty until measured: the heuristic takes no cluster today) keyed by
-    element size and residual: rows from CLUSTER_MIN_N columns over ceil(N / block) <= 8 CTAs of
-    a hardware cluster on Hopper, before the split-row rule; not float64, not where a row needs
-    more than 8 CTAs (the split rule then), not in the interpreter or off Hopper."""
+    """CLUSTER_FORWARD keyed by x's dtype and residual: rows of 192 KiB and more over
+    ceil(N / block) <= 8 CTAs of a hardware cluster on Hopper, the first plan that fits, before
+    the split-row rule (H200: bf16 512 x 131072 84.0 us vs 108.3 split); not float64, not where
+    no plan fits in 8 CTAs (the split rule then), not in the interpreter or off Hopper."""
     monkeypatch.setattr(config, "BACKEND", "cuda")
     monkeypatch.setattr(config, "cooperative_here", lambda index: index is not None)
-    assert config.CLUSTER_FORWARD == {}  # not measured: the split rule as before
-    assert config.forward_config(512, 131072, 0, itemsize=2).cluster == 0
-    plans = {(2, False): (65536, 32), (2, True): (32768, 16), (4, False): (32768, 32)}
-    monkeypatch.setattr(config, "CLUSTER_FORWARD", plans)
     config.forward_config.cache_clear()
-    bf16 = config.forward_config(512, 131072, 0, False, None, 131072 * 2, 2)
-    assert bf16 == config.ForwardConfig(65536, 0, 32, cluster=2)
-    res = config.forward_config(512, 131072, 0, itemsize=2, residual=True)
-    assert res == config.ForwardConfig(32768, 0, 16, cluster=4)
-    assert config.forward_config(3, 150000, 0, itemsize=4).cluster == 5  # a ragged last CTA
-    assert config.forward_config(3, 8 * 65536, 0, itemsize=2).cluster == 8
-    assert config.forward_config(3, 8 * 65536 + 1, 0, itemsize=2).split == 33  # 9 CTAs: split
-    assert config.forward_config(3, 131071, 0, itemsize=2).cluster == 0  # below CLUSTER_MIN_N
-    assert config.forward_config(3, 262144, 0, True, None, 0, 8).cluster == 0  # float64
-    for cfg, n in [(bf16, 131072), (res, 131072)]:
+    f32, f16 = torch.float32, torch.float16
+
+    def fwd(m, n, dtype, residual=False, float64=False, index=0):
+        return config.forward_config(m, n, index, float64, None, 0, dtype.itemsize, residual, dtype)
+
+    bf16 = fwd(512, 131072, BF16)
+    assert bf16 == config.ForwardConfig(16384, 0, 8, cluster=8)
+    assert fwd(256, 262144, BF16) == config.ForwardConfig(65536, 0, 32, cluster=4)  # 2nd plan
+    assert fwd(3, 150000, BF16).cluster == 3  # a ragged last CTA
+    assert fwd(3, 8 * 65536, BF16).cluster == 8
+    assert fwd(3, 8 * 65536 + 1, BF16).split == 33  # 9 CTAs: the split rule
+    assert fwd(3, 100000, BF16) == config.ForwardConfig(16384, 0, 8, cluster=7)  # 195 KiB
+    assert fwd(3, 98303, BF16).cluster == 0  # under 192 KiB a row
+    assert fwd(512, 131072, f16) == config.ForwardConfig(16384, 0, 8, cluster=8)
+    assert fwd(256, 262144, f16).split == 16  # fp16: no wider plan measured
+    res = fwd(512, 131072, BF16, residual=True)
+    assert res == config.ForwardConfig(32768, 0, 32, cluster=4)
+    assert fwd(512, 131072, f16, residual=True).split == 8  # not measured: the split rule
+    f32_65536 = fwd(1024, 65536, f32)
+    assert f32_65536 == config.ForwardConfig(32768, 0, 32, cluster=2)
+    assert fwd(512, 131072, f32, residual=True).cluster == 4
+    assert fwd(3, 150000, f32).cluster == 5
+    assert fwd(3, 262144, torch.float64, float64=True).cluster == 0
+    assert fwd(3, 262144, f32, float64=True).cluster == 0  # float64 math
+    assert config.forward_config(512, 131072, 0, itemsize=2).cluster == 0  # no dtype: no plan
+    for cfg, n in [(bf16, 131072), (res, 131072), (f32_65536, 65536)]:
         cfg.check(n)
-    assert config.forward_config(512, 131072, None, itemsize=2).cluster == 0  # the interpreter
+    assert fwd(512, 131072, BF16, index=None).cluster == 0  # the interpreter
     monkeypatch.setattr(config, "hopper", lambda index: False)
     config.forward_config.cache_clear()
-    assert config.forward_config(512, 131072, 0, itemsize=2).cluster == 0  # no clusters
+    assert fwd(512, 131072, BF16).cluster == 0  # no clusters
     config.forward_config.cache_clear()
+
+
+def test_cluster_plans_are_valid_configs():
+    """Every CLUSTER_FORWARD plan makes a config its own checks take, at the narrowest and the
+    widest row it covers."""
+    for (dtype, residual), plans in config.CLUSTER_FORWARD.items():
+        assert plans, (dtype, residual)
+        for block, warps in plans:
+            for n in (config.CLUSTER_MIN_ROW_BYTES // dtype.itemsize, config.MAX_CLUSTER * block):
+                c = -(-n // block)
+                if c <= config.MAX_CLUSTER:
+                    config.ForwardConfig(block, 0, warps, cluster=c).check(n)
 
 
 def test_wide_rows_split_over_cooperative_programs(h200, monkeypatch):

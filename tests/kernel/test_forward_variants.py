@@ -243,13 +243,13 @@ def test_the_heuristic_unmasks_rows_exactly_one_block_wide_at_small_m():
 def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypatch, residual):
     """The launcher offers the packed pass 16-bit rows without a residual only, the evict_last
     rule the row's bytes without a residual only, the short-row tile x's value size, and the
-    cluster rule whether a residual is added (CLUSTER_FORWARD's key)."""
+    cluster rule x's dtype and whether a residual is added (CLUSTER_FORWARD's key)."""
     seen = []
     real = config.forward_config
 
-    def spy(m, n, index, float64=False, packable=None, row_bytes=0, itemsize=2, has_res=False):
-        seen.append((packable, row_bytes, itemsize, has_res))
-        return real(m, n, index, float64, packable, row_bytes, itemsize, has_res)
+    def spy(m, n, index, float64=False, packable=None, row_bytes=0, itemsize=2, res=False, dt=None):
+        seen.append((packable, row_bytes, itemsize, res, dt))
+        return real(m, n, index, float64, packable, row_bytes, itemsize, res, dt)
 
     monkeypatch.setattr(ops, "forward_config", spy)
     x = torch.randn(2, 64, device=device)
@@ -260,7 +260,7 @@ def test_launch_forward_routes_bfloat16_rows_to_the_packed_pass(device, monkeypa
         row_bytes = 0 if residual else 64 * dtype.itemsize
         seen.clear()
         ops.launch_forward(x.to(dtype), None, res.to(dtype) if residual else None, 1e-6, 0.0, dtype)
-        assert seen == [(expected, row_bytes, dtype.itemsize, residual)], dtype
+        assert seen == [(expected, row_bytes, dtype.itemsize, residual, dtype)], dtype
 
 
 def test_the_heuristic_hints_evict_last_on_rows_of_the_measured_bytes(monkeypatch):
