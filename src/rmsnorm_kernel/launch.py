@@ -339,10 +339,11 @@ class CachedKernel:
                 )
             if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
                 compiled = compiled.result()
-            self.handles[key] = (compiled.run, compiled.function, compiled.packed_metadata)
+            tail = self._defaults_after(len(args) + len(floats) + len(consts))
+            self.handles[key] = (compiled.run, compiled.function, compiled.packed_metadata, tail)
             self.launches["compiled"] += 1
             return
-        run, function, packed = handle
+        run, function, packed, tail = handle
         grid_1 = grid[1] if len(grid) > 1 else 1
         stream = torch._C._cuda_getCurrentRawStream(device_index)
         params = (grid[0], grid_1, 1, stream, function, packed, None, None, None)
@@ -355,10 +356,20 @@ class CachedKernel:
             # process, e.g. Hugging Face's device_map="auto"): the launcher launches in the
             # current CUDA context (and checks pointers given as tensors there): theirs.
             with torch.cuda.device(device_index):
-                run(*params, *args, *floats, *consts)
+                run(*params, *args, *floats, *consts, *tail)
         else:
-            run(*params, *args, *floats, *consts)
+            run(*params, *args, *floats, *consts, *tail)
         self.launches["cached"] += 1
+
+    def _defaults_after(self, passed: int) -> tuple:
+        """The defaults of the kernel's parameters after the ``passed`` a launch gives: a JIT
+        call fills them itself, Triton's compiled launcher takes every parameter (a missing one
+        is refused by name here, not as a bare count from the launcher)."""
+        rest = tuple(getattr(self.fn, "params", ()))[passed:]
+        missing = [p.name for p in rest if not p.has_default]
+        if missing:
+            raise TypeError(f"{self.fn}: the launch gives no value for {', '.join(missing)}")
+        return tuple(p.default for p in rest)
 
     def _compile_cluster(
         self, key, grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas
@@ -385,7 +396,8 @@ class CachedKernel:
                 "rmsnorm_kernel: this Triton packs its launch metadata otherwise than (num_warps, "
                 f"num_ctas, shared) (got {packed}); the cluster launch cannot be made"
             )
-        handle = (compiled.run, compiled.function, (packed[0], num_ctas, packed[2]))
+        tail = self._defaults_after(len(args) + len(floats) + len(consts))
+        handle = (compiled.run, compiled.function, (packed[0], num_ctas, packed[2]), tail)
         self.handles[key] = handle
         self._clustered[key] = compiled
         self.launches["compiled"] += 1
@@ -395,15 +407,15 @@ class CachedKernel:
     def _run_hooked(compiled, handle, grid, args, floats, consts, device_index) -> None:
         """A cluster launch with Triton's launch hooks (a profiler) called around it, as
         ``CompiledKernel.run`` would."""
-        run, function, packed = handle
+        run, function, packed, tail = handle
         stream = torch._C._cuda_getCurrentRawStream(device_index)
         grid3 = (*grid, 1, 1)[:3]
         hooks = _knobs.runtime
-        meta = compiled.launch_metadata(grid3, stream, *args, *floats, *consts)
+        meta = compiled.launch_metadata(grid3, stream, *args, *floats, *consts, *tail)
         with torch.cuda.device(device_index):
             run(
                 *grid3, stream, function, packed, meta, hooks.launch_enter_hook,
-                hooks.launch_exit_hook, *without_cow(args), *floats, *consts,
+                hooks.launch_exit_hook, *without_cow(args), *floats, *consts, *tail,
             )  # fmt: skip
 
 

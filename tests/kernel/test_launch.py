@@ -7,6 +7,9 @@ run the other. Triton's own classifier (``native_specialize_impl``) is the judge
 
 from __future__ import annotations
 
+import inspect
+import types
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -84,7 +87,7 @@ def test_cached_launch_switches_to_the_tensors_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", device)
     args = (_BASE, _BASE, 4, 64)
     key = kernel.key(args, (32, 128), 4, 1, 1)
-    kernel.handles[key] = (lambda *params: events.append(("run", params[3])), "f", "p")
+    kernel.handles[key] = (lambda *params: events.append(("run", params[3])), "f", "p", ())
     for current in (0, 1):
         monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda c=current: c, raising=False)
         events.clear()
@@ -147,6 +150,33 @@ def test_ints_of_one_class_share_a_handle_and_another_class_compiles(fake_cuda):
     kinds = [e[0] for e in events]
     assert kinds == ["compile", "run", "run", "compile", "run", "compile", "run"]
     assert kernel.launches == {"compiled": 3, "cached": 4}
+
+
+def _param(name, default=inspect.Parameter.empty):
+    """A stand-in for Triton's ``KernelParam`` (name, has_default, default)."""
+    return types.SimpleNamespace(
+        name=name, default=default, has_default=default is not inspect.Parameter.empty
+    )
+
+
+def test_a_kernels_defaulted_parameters_reach_the_cached_launch(fake_cuda):
+    """Triton's compiled launcher takes every parameter, where the JIT call fills defaults: a
+    kernel with trailing defaulted constexprs the launch does not give (an experiment's variant
+    switch) gets their defaults on cached launches too; a missing parameter without one is
+    refused by name."""
+    events = []
+    fake = _FakeJit(events)
+    passed = [_param(f"p{i}") for i in range(6)]
+    fake.params = [*passed, _param("SYNC", "all"), _param("AHEAD", 2)]
+    kernel = fake_cuda.CachedKernel(fake)
+    for _ in range(2):
+        kernel.launch((2,), (_BASE, _BASE, 4, 64), (), (32, 128), 4, 1, 0)
+    assert [e[0] for e in events] == ["compile", "run"]
+    assert events[1][1][-2:] == ("all", 2)  # the cached run: the defaults last
+    fake.params = [*passed, _param("SYNC", "all"), _param("MORE")]
+    kernel = fake_cuda.CachedKernel(fake)
+    with pytest.raises(TypeError, match="gives no value for MORE"):
+        kernel.launch((2,), (_BASE, _BASE, 4, 64), (), (32, 128), 4, 1, 0)
 
 
 @settings(max_examples=200, derandomize=True)
