@@ -100,13 +100,94 @@ def cluster_split_kernel(
     tl.store(RSTD + row, rstd, mask=chunk == 0)
 
 
+@triton.jit
+def cluster_walk_kernel(
+    X, W, Y, RSTD, PART, stride_x, stride_w, M, N, eps,
+    BLOCK: tl.constexpr, C: tl.constexpr, C_POW2: tl.constexpr, ASM: tl.constexpr,
+    EVEN: tl.constexpr,
+    HOLD_W: tl.constexpr,  # the weight chunk loaded once and held over the rows
+):  # fmt: skip
+    """The 41st session's variant of :func:`cluster_split_kernel`: G clusters (the grid over C)
+    walk rows ``cid, cid + G, ...``, and each CTA loads its chunk of the *next* row between the
+    barrier's arrive and its wait, so the DRAM read of row r + G overlaps row r's meeting (the
+    one-row-a-cluster kernel waits with nothing in flight). Clusters do not wait for each other,
+    so any G runs (clusters beyond those resident start when one ends). Partials: one slot a row
+    (PART (M, C_POW2)), never reused within a launch. Same sums in the same order: the same
+    bits."""
+    pid = tl.program_id(0)
+    cid = pid // C
+    chunk = pid % C
+    g = tl.num_programs(0) // C
+    start = chunk * BLOCK
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N - start
+    w_ptr = W + start * stride_w
+    if HOLD_W:
+        if EVEN:
+            w_held = tl.load(w_ptr + cols * stride_w).to(tl.float32)
+        else:
+            w_held = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0).to(tl.float32)
+    x_ptr = X + tl.cast(cid, tl.int64) * stride_x + start
+    if EVEN:
+        x16 = tl.load(x_ptr + cols)
+    else:
+        x16 = tl.load(x_ptr + cols, mask=mask, other=0.0)
+    for r in range(cid, M, g):
+        row = tl.cast(r, tl.int64)
+        xf = x16.to(tl.float32)
+        s = tl.sum(xf * xf, axis=0)
+        # the next row (the last row again at the end: an in-bounds read, never used)
+        nxt = tl.cast(tl.minimum(r + g, M - 1), tl.int64)
+        n_ptr = X + nxt * stride_x + start
+        if C > 1:
+            tl.store(PART + row * C_POW2 + chunk, s)
+            if ASM:
+                tl.inline_asm_elementwise(
+                    _CLUSTER_ARRIVE, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+                )
+        if EVEN:
+            x_next = tl.load(n_ptr + cols)
+        else:
+            x_next = tl.load(n_ptr + cols, mask=mask, other=0.0)
+        if C > 1:
+            if ASM:
+                tl.inline_asm_elementwise(
+                    _CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+                )
+            k = tl.arange(0, C_POW2)
+            parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
+            total = tl.sum(parts, axis=0)
+        else:
+            total = s
+        rstd = 1.0 / tl.sqrt(total / N + eps)
+        if X.dtype.element_ty == tl.float32:
+            y = x16 * rstd
+        else:
+            y = kernels._widen_by_bits(x16) * rstd
+        if HOLD_W:
+            w = w_held
+        elif EVEN:
+            w = tl.load(w_ptr + cols * stride_w).to(tl.float32)
+        else:
+            w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0).to(tl.float32)
+        y_ptr = Y + row * N + start
+        if EVEN:
+            tl.store(y_ptr + cols, (y * w).to(Y.dtype.element_ty))
+        else:
+            tl.store(y_ptr + cols, (y * w).to(Y.dtype.element_ty), mask=mask)
+        tl.store(RSTD + row, rstd, mask=chunk == 0)
+        x16 = x_next
+
+
 #: (block, num_warps, C, device) -> the compiled kernel and its cluster-launch metadata.
 _COMPILED: dict = {}
 
 
-def cluster_forward(x, w, eps, block, num_warps, w_early=False):
+def cluster_forward(x, w, eps, block, num_warps, w_early=False, walk=0, hold_w=False):
     """(y, rstd): ``x``'s rows over ``C = ceil(N / block)`` CTAs a cluster (C <= MAX_CLUSTER),
-    one row a cluster."""
+    one row a cluster; ``walk`` > 0: :func:`cluster_walk_kernel` with ``walk`` CTAs an SM's
+    worth of clusters, ``min(M, SMs * walk // C)`` (one on the CPU), each walking its rows with
+    the next row loaded during the wait (``hold_w``: the weight held over the rows)."""
     import torch
 
     m, n = x.shape
@@ -117,15 +198,24 @@ def cluster_forward(x, w, eps, block, num_warps, w_early=False):
     y = torch.empty_like(x)
     rstd = torch.empty(m, device=x.device, dtype=torch.float32)
     part = torch.empty(m * c_pow2, device=x.device, dtype=torch.float32)
-    args = (x, w, y, rstd, part, x.stride(0), w.stride(0), n, eps)
     consts = dict(BLOCK=block, C=c, C_POW2=c_pow2, ASM=x.is_cuda, EVEN=n == c * block)
-    consts["W_EARLY"] = w_early
+    if walk:
+        kernel = cluster_walk_kernel
+        args = (x, w, y, rstd, part, x.stride(0), w.stride(0), m, n, eps)
+        consts["HOLD_W"] = hold_w
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+        clusters = max(1, min(m, sms * walk // c))
+    else:
+        kernel = cluster_split_kernel
+        args = (x, w, y, rstd, part, x.stride(0), w.stride(0), n, eps)
+        consts["W_EARLY"] = w_early
+        clusters = m
     if not x.is_cuda or c == 1:  # one CTA a row: an ordinary launch
-        cluster_split_kernel[(m * c,)](*args, **consts, num_warps=num_warps)
+        kernel[(clusters * c,)](*args, **consts, num_warps=num_warps)
         return y, rstd
-    key = (block, num_warps, c, x.device, x.dtype, w.dtype, w_early)
+    key = (kernel.__name__, block, num_warps, c, x.device, x.dtype, w.dtype, w_early, hold_w)
     if key not in _COMPILED:
-        compiled = cluster_split_kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps)
+        compiled = kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps)
         if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
             compiled = compiled.result()
         compiled._init_handles()
@@ -134,9 +224,9 @@ def cluster_forward(x, w, eps, block, num_warps, w_early=False):
         _COMPILED[key] = (compiled, tuple(packed))
     compiled, packed = _COMPILED[key]
     stream = torch.cuda.current_stream(x.device).cuda_stream
-    # grid m: the launcher launches m * c CTAs in clusters of c
+    # grid `clusters`: the launcher launches clusters * c CTAs in clusters of c
     compiled.run(
-        m, 1, 1, stream, compiled.function, packed, None, None, None,
+        clusters, 1, 1, stream, compiled.function, packed, None, None, None,
         *args, *consts.values(),
     )  # fmt: skip
     return y, rstd

@@ -121,6 +121,17 @@ PKG_CLUSTER = {
     4: [(32768, 32), (16384, 16), (16384, 32)],
 }
 
+#: ``--walk``: (block, warps, walk, hold_w) of cluster_split.cluster_forward(walk=...) (41st
+#: session: ``min(M, SMs * walk // C)`` clusters walk the rows, the next row's chunk loaded
+#: between the barrier's arrive and wait; hold_w: the weight held over the rows). sm_90 (Triton
+#: 3.6) registers: bf16 16384 x 8 105 (hold_w 159), 32768 x 16 128; float32 16384 x 16 125
+#: (124); bf16 65536 x 32 and float32 32768 x 32 spill (360 / 104 bytes of stack): not timed.
+WALK = {
+    2: [(16384, 8, 1, False), (16384, 8, 2, False), (16384, 8, 4, False), (16384, 8, 1, True),
+        (32768, 16, 1, False)],
+    4: [(16384, 16, 1, False), (16384, 16, 2, False), (16384, 16, 1, True)],
+}  # fmt: skip
+
 #: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
 #: old string must occur once: a kernel that changed fails loudly), for A/B in one process:
 #: ``carry``: the counter read two steps ahead is rounded to its target at the wait, not at the
@@ -213,7 +224,12 @@ def main():
     p.add_argument("--word", action="store_true", help="also wide_split.word_forward's WORD")
     p.add_argument("--cluster", action="store_true", help="also cluster_split's CLUSTER configs")
     p.add_argument(
-        "--pkg-cluster", action="store_true", help="also the package's PKG_CLUSTER configs"
+        "--pkg-cluster",
+        action="store_true",
+        help="also the package's PKG_CLUSTER configs",
+    )
+    p.add_argument(
+        "--walk", action="store_true", help="also cluster_split's row-walking clusters (WALK)"
     )
     args = p.parse_args()
     variants = {v: variant_kernel(v) for v in args.variants.split(",") if v}
@@ -306,6 +322,18 @@ def main():
                 name = f"cluster {c}x{block} w{warps}" + (" w_early" if early else "")
                 cands[name] = None
                 fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps, early)
+        if args.walk and not has_res:
+            from cluster_split import MAX_CLUSTER, cluster_forward
+
+            for block, warps, walk, hold_w in WALK[x.element_size()]:
+                c = -(-n // block)
+                if c > MAX_CLUSTER or block > n:
+                    continue
+                name = f"walk {c}x{block} w{warps} x{walk}" + (" hold_w" if hold_w else "")
+                cands[name] = None
+                fns[name] = functools.partial(
+                    cluster_forward, x, w, 1e-6, block, warps, walk=walk, hold_w=hold_w
+                )
         if args.coop and not has_res:
             from coop_forward import coop_forward
 

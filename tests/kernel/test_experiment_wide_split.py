@@ -93,3 +93,27 @@ def test_cluster_split_gives_the_package_kernels_bits(dtype, w_early, device):
             y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps, w_early)
             assert_close(y, oracle_y(x, w), dtype, f"y of cluster split {block} x {warps}")
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps)
+
+
+@pytest.mark.parametrize("hold_w", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cluster_walk_gives_the_package_kernels_bits(dtype, hold_w, device):
+    """``cluster_forward(walk=...)`` (41st session: clusters walk rows, the next row loaded
+    between the barrier's arrive and wait; the weight held or reloaded): the package split
+    kernel's bits, with fewer clusters than rows (each walks several, the last ragged)."""
+    if device == "cuda":
+        n, m = 131072 - 3, 300
+        cases = [(16384, 8, 1), (16384, 8, 2), (32768, 32, 1)]
+        if dtype == torch.float32:
+            cases = [(32768, 32, 1), (16384, 16, 2)]
+    else:
+        n, m, cases = 300, 7, [(512, 4, 2), (512, 4, 3)]  # 2 and 3 programs over 7 rows
+    x = torch.randn(m, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    for block, warps, walk in cases:
+        c = -(-n // block)
+        want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
+        for _ in range(2):
+            y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps, walk=walk, hold_w=hold_w)
+            assert_close(y, oracle_y(x, w), dtype, f"y of cluster walk {block} x {warps}")
+            assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, walk)
