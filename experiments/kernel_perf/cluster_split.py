@@ -37,6 +37,24 @@ MAX_CLUSTER = 8
 
 
 @triton.jit
+def _scaled(X, x16, s, PART, row, N, eps, C: tl.constexpr, C_POW2: tl.constexpr):
+    """After the meeting: the row's C partials (this CTA's ``s`` where C = 1) summed in chunk
+    order, and the chunk scaled by rstd (16-bit chunks widened by their bits): ``(y, rstd)``."""
+    if C > 1:
+        k = tl.arange(0, C_POW2)
+        parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
+        total = tl.sum(parts, axis=0)
+    else:
+        total = s
+    rstd = 1.0 / tl.sqrt(total / N + eps)
+    if X.dtype.element_ty == tl.float32:
+        y = x16 * rstd
+    else:
+        y = kernels._widen_by_bits(x16) * rstd
+    return y, rstd
+
+
+@triton.jit
 def cluster_split_kernel(
     X, W, Y, RSTD, PART, stride_x, stride_w, N, eps,
     BLOCK: tl.constexpr, C: tl.constexpr, C_POW2: tl.constexpr, ASM: tl.constexpr,
@@ -77,16 +95,7 @@ def cluster_split_kernel(
                 _CLUSTER_WAIT if W_EARLY else _CLUSTER_BARRIER, "=r", [], dtype=tl.int32,
                 is_pure=False, pack=1,
             )  # fmt: skip
-        k = tl.arange(0, C_POW2)
-        parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
-        total = tl.sum(parts, axis=0)
-    else:
-        total = s
-    rstd = 1.0 / tl.sqrt(total / N + eps)
-    if X.dtype.element_ty == tl.float32:
-        y = x16 * rstd
-    else:
-        y = kernels._widen_by_bits(x16) * rstd
+    y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2)
     y_ptr = Y + row * N + start
     if not (W_EARLY and C > 1):  # loaded late: not held through the wait
         if EVEN:
@@ -154,16 +163,7 @@ def cluster_walk_kernel(
                 tl.inline_asm_elementwise(
                     _CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1
                 )
-            k = tl.arange(0, C_POW2)
-            parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
-            total = tl.sum(parts, axis=0)
-        else:
-            total = s
-        rstd = 1.0 / tl.sqrt(total / N + eps)
-        if X.dtype.element_ty == tl.float32:
-            y = x16 * rstd
-        else:
-            y = kernels._widen_by_bits(x16) * rstd
+        y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2)
         if HOLD_W:
             w = w_held
         elif EVEN:
