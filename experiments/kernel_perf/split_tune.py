@@ -124,11 +124,12 @@ PKG_CLUSTER = {
 #: ``--walk``: (block, warps, walk, hold_w) of cluster_split.cluster_forward(walk=...) (41st
 #: session: ``min(M, SMs * walk // C)`` clusters walk the rows, the next row's chunk loaded
 #: between the barrier's arrive and wait; hold_w: the weight held over the rows). sm_90 (Triton
-#: 3.6) registers: bf16 16384 x 8 105 (hold_w 159), 32768 x 16 128; float32 16384 x 16 125
-#: (124); bf16 65536 x 32 and float32 32768 x 32 spill (360 / 104 bytes of stack): not timed.
+#: 3.6) registers: bf16 16384 x 8 105 (hold_w 159), 32768 x 16 128 (118 at C = 1), 32768 x 32
+#: 58-60 (C = 1 and 2), 16384 x 16 77; float32 16384 x 16 125 (124); bf16 65536 x 32 and float32
+#: 32768 x 32 spill (360 / 104 bytes of stack): not timed.
 WALK = {
     2: [(16384, 8, 1, False), (16384, 8, 2, False), (16384, 8, 4, False), (16384, 8, 1, True),
-        (32768, 16, 1, False)],
+        (32768, 16, 1, False), (32768, 32, 1, False), (16384, 16, 1, False)],
     4: [(16384, 16, 1, False), (16384, 16, 2, False), (16384, 16, 1, True)],
 }  # fmt: skip
 
