@@ -253,8 +253,10 @@ def test_cluster_plans_are_valid_configs():
 
 
 def test_wide_rows_split_over_cooperative_programs(h200, monkeypatch):
-    """SPLIT_FORWARD: rows wider than 65536 columns split over programs of one cooperative launch
-    (bf16 512 x 131072 123.0 us vs 140.5 chunked, float32 231.3 vs 277.6 on an H100); 16-bit
+    """SPLIT_FORWARD, where no cluster plan takes the row (no dtype given here; on Hopper
+    CLUSTER_FORWARD comes first): rows wider than 65536 columns split over programs of one
+    cooperative launch (bf16 512 x 131072 123.0 us vs 140.5 chunked, float32 231.3 vs 277.6 on
+    an H100); 16-bit
     rows in 16384-column chunks at 8 warps, float32 in 8192 at 16; not below 131072 columns,
     not float64, not where a row needs more programs than the SMs, not without a cooperative
     launch (the interpreter, ROCm)."""
