@@ -34,13 +34,75 @@ _CLUSTER_ARRIVE = tl.constexpr("barrier.cluster.arrive.release.aligned;\nmov.u32
 _CLUSTER_WAIT = tl.constexpr("barrier.cluster.wait.acquire.aligned;\nmov.u32 $0, 0;")
 #: The most CTAs a cluster takes without the non-portable attribute.
 MAX_CLUSTER = 8
+#: The start of the DSMEM exchange (EXCHANGE=1): each CTA arrives (relaxed) as it starts; the
+#: matching wait before its first remote store proves every partner has started (a CTA may write
+#: a partner's shared memory only then).
+_CLUSTER_START = tl.constexpr("barrier.cluster.arrive.relaxed.aligned;\nmov.u32 $0, 0;")
+
+
+def _dsmem_asm(c: int) -> str:
+    """EXCHANGE=1 (42nd session): the row's partials through distributed shared memory instead
+    of L2. Thread t < C stores this CTA's partial ($C) into slot ``rank`` of CTA t's own
+    ``rk_slots`` (``mapa`` + ``st.shared::cluster``), the cluster meets once (release /
+    acquire), and every thread reads the C slots of its own CTA ($0 .. $C-1): two SM-to-SM hops
+    instead of a store to and a load from L2."""
+    loads = "\n".join(f"ld.shared.b32 ${i}, [rk_slots+{4 * i}];" for i in range(c))
+    return f"""{{
+.shared .align 16 .b32 rk_slots[8];
+.reg .pred %rkp;
+.reg .u32 %rkt, %rka, %rkr;
+mov.u32 %rkt, %tid.x;
+mov.u32 %rka, %cluster_ctarank;
+shl.b32 %rka, %rka, 2;
+mov.u32 %rkr, rk_slots;
+add.u32 %rka, %rka, %rkr;
+setp.lt.u32 %rkp, %rkt, {c};
+barrier.cluster.wait.aligned;
+@%rkp mapa.shared::cluster.u32 %rkr, %rka, %rkt;
+@%rkp st.shared::cluster.b32 [%rkr], ${c};
+barrier.cluster.arrive.release.aligned;
+barrier.cluster.wait.acquire.aligned;
+{loads}
+}}"""
+
+
+_DSMEM2 = tl.constexpr(_dsmem_asm(2))
+_DSMEM4 = tl.constexpr(_dsmem_asm(4))
+_DSMEM8 = tl.constexpr(_dsmem_asm(8))
 
 
 @triton.jit
-def _scaled(X, x16, s, PART, row, N, eps, C: tl.constexpr, C_POW2: tl.constexpr):
-    """After the meeting: the row's C partials (this CTA's ``s`` where C = 1) summed in chunk
-    order, and the chunk scaled by rstd (16-bit chunks widened by their bits): ``(y, rstd)``."""
-    if C > 1:
+def _dsmem_total(s, C: tl.constexpr, C_POW2: tl.constexpr):
+    """The row's C partials through DSMEM (:func:`_dsmem_asm`), summed as :func:`_scaled` sums
+    the loaded ones (the same vector, the same reduction: the same bits)."""
+    k = tl.arange(0, C_POW2)
+    if C == 2:
+        p = tl.inline_asm_elementwise(
+            _DSMEM2, "=r,=r,r", [s], dtype=(tl.float32,) * 2, is_pure=False, pack=1
+        )
+    elif C == 4:
+        p = tl.inline_asm_elementwise(
+            _DSMEM4, "=r,=r,=r,=r,r", [s], dtype=(tl.float32,) * 4, is_pure=False, pack=1
+        )
+    else:
+        p = tl.inline_asm_elementwise(
+            _DSMEM8, "=r,=r,=r,=r,=r,=r,=r,=r,r", [s], dtype=(tl.float32,) * 8, is_pure=False,
+            pack=1,
+        )  # fmt: skip
+    parts = tl.zeros([C_POW2], dtype=tl.float32)
+    for i in tl.static_range(C):
+        parts = tl.where(k == i, p[i], parts)
+    return tl.sum(parts, axis=0)
+
+
+@triton.jit
+def _scaled(
+    X, x16, s, PART, row, N, eps, C: tl.constexpr, C_POW2: tl.constexpr, FROM_PART: tl.constexpr
+):
+    """After the meeting: the row's C partials (this CTA's ``s`` where C = 1 or not FROM_PART:
+    the total already) summed in chunk order, and the chunk scaled by rstd (16-bit chunks
+    widened by their bits): ``(y, rstd)``."""
+    if C > 1 and FROM_PART:
         k = tl.arange(0, C_POW2)
         parts = tl.load(PART + row * C_POW2 + k, mask=k < C, other=0.0, cache_modifier=".cg")
         total = tl.sum(parts, axis=0)
@@ -60,9 +122,12 @@ def cluster_split_kernel(
     BLOCK: tl.constexpr, C: tl.constexpr, C_POW2: tl.constexpr, ASM: tl.constexpr,
     EVEN: tl.constexpr,  # N == C * BLOCK: loads and stores without masks (registers)
     W_EARLY: tl.constexpr = False,  # arrive, load the weight, then wait (its latency in the wait)
+    EXCHANGE: tl.constexpr = 0,  # partials through 0: L2; 1: DSMEM; 2: none (timing only: wrong)
 ):  # fmt: skip
     """CTA ``pid`` handles chunk ``pid % C`` of row ``pid // C``; PART (M, C_POW2) float32
     scratch. ``ASM`` False (the interpreter, C = 1): no barrier."""
+    if ASM and C > 1 and EXCHANGE == 1:
+        tl.inline_asm_elementwise(_CLUSTER_START, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
     pid = tl.program_id(0)
     row = tl.cast(pid // C, tl.int64)
     chunk = pid % C
@@ -79,7 +144,14 @@ def cluster_split_kernel(
     xf = x16.to(tl.float32)
     s = tl.sum(xf * xf, axis=0)
     w_ptr = W + start * stride_w
-    if C > 1:
+    if C > 1 and EXCHANGE == 1 and ASM:
+        if W_EARLY:  # issued before the meeting: its latency hides in the exchange
+            if EVEN:
+                w = tl.load(w_ptr + cols * stride_w)
+            else:
+                w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
+        s = _dsmem_total(s, C, C_POW2)
+    if C > 1 and EXCHANGE == 0:
         tl.store(PART + row * C_POW2 + chunk, s)
         if ASM and W_EARLY:
             tl.inline_asm_elementwise(
@@ -95,9 +167,10 @@ def cluster_split_kernel(
                 _CLUSTER_WAIT if W_EARLY else _CLUSTER_BARRIER, "=r", [], dtype=tl.int32,
                 is_pure=False, pack=1,
             )  # fmt: skip
-    y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2)
+    y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2, EXCHANGE == 0)
     y_ptr = Y + row * N + start
-    if not (W_EARLY and C > 1):  # loaded late: not held through the wait
+    # loaded late (not held through the wait) unless loaded early above
+    if not (W_EARLY and C > 1 and (EXCHANGE == 0 or (EXCHANGE == 1 and ASM))):
         if EVEN:
             w = tl.load(w_ptr + cols * stride_w)
         else:
@@ -163,7 +236,7 @@ def cluster_walk_kernel(
                 tl.inline_asm_elementwise(
                     _CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1
                 )
-        y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2)
+        y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2, True)
         if HOLD_W:
             w = w_held
         elif EVEN:
@@ -183,7 +256,9 @@ def cluster_walk_kernel(
 _COMPILED: dict = {}
 
 
-def cluster_forward(x, w, eps, block, num_warps, w_early=False, walk=0, hold_w=False):
+def cluster_forward(
+    x, w, eps, block, num_warps, w_early=False, walk=0, hold_w=False, exchange=0, maxnreg=None
+):
     """(y, rstd): ``x``'s rows over ``C = ceil(N / block)`` CTAs a cluster (C <= MAX_CLUSTER),
     one row a cluster; ``walk`` > 0: :func:`cluster_walk_kernel` with ``walk`` CTAs an SM's
     worth of clusters, ``min(M, SMs * walk // C)`` (one on the CPU), each walking its rows with
@@ -209,13 +284,16 @@ def cluster_forward(x, w, eps, block, num_warps, w_early=False, walk=0, hold_w=F
         kernel = cluster_split_kernel
         args = (x, w, y, rstd, part, x.stride(0), w.stride(0), n, eps)
         consts["W_EARLY"] = w_early
+        consts["EXCHANGE"] = exchange
         clusters = m
     if not x.is_cuda or c == 1:  # one CTA a row: an ordinary launch
         kernel[(clusters * c,)](*args, **consts, num_warps=num_warps)
         return y, rstd
     key = (kernel.__name__, block, num_warps, c, x.device, x.dtype, w.dtype, w_early, hold_w)
+    key += (exchange, maxnreg)
     if key not in _COMPILED:
-        compiled = kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps)
+        opts = {} if maxnreg is None else {"maxnreg": maxnreg}  # ptxas' register cap
+        compiled = kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps, **opts)
         if hasattr(compiled, "result"):  # an async-compile future (triton >= 3.5)
             compiled = compiled.result()
         compiled._init_handles()

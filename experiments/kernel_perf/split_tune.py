@@ -230,6 +230,19 @@ def main():
         help="also the package's PKG_CLUSTER configs",
     )
     p.add_argument(
+        "--dsmem",
+        action="store_true",
+        help="--cluster's configs (no w_early, C > 1) also with the partials through DSMEM, and "
+        "with no exchange at all (a wrong answer: the meeting's cost)",
+    )
+    p.add_argument(
+        "--maxnreg",
+        type=int,
+        default=0,
+        help="with --dsmem: also each config (L2 and DSMEM) under this ptxas register cap "
+        "(more CTAs an SM)",
+    )
+    p.add_argument(
         "--walk", action="store_true", help="also cluster_split's row-walking clusters (WALK)"
     )
     args = p.parse_args()
@@ -313,16 +326,30 @@ def main():
                 name += " ahead" if ahead else ""
                 cands[name] = None
                 fns[name] = functools.partial(word_forward, x, w, 1e-6, block, warps, per_sm, ahead)
-        if args.cluster and not has_res:
+        if (args.cluster or args.dsmem) and not has_res:
             from cluster_split import MAX_CLUSTER, cluster_forward
 
             for block, warps, early in CLUSTER[x.element_size()]:
                 c = -(-n // block)
-                if c > MAX_CLUSTER or block > n:
+                if c > MAX_CLUSTER or block > n or (args.dsmem and (early or c == 1)):
                     continue
                 name = f"cluster {c}x{block} w{warps}" + (" w_early" if early else "")
                 cands[name] = None
                 fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps, early)
+                cap = args.maxnreg or None
+                for exchange, early, reg, label in (
+                    [(1, False, None, "dsmem"), (1, True, None, "dsmem w_early"),
+                     (2, False, None, "no exchange")]
+                    + ([(0, False, cap, f"maxnreg {cap}"), (1, False, cap, f"dsmem maxnreg {cap}")]
+                       if cap else [])
+                    if args.dsmem
+                    else []
+                ):  # fmt: skip
+                    cands[f"{name} {label}"] = None
+                    fns[f"{name} {label}"] = functools.partial(
+                        cluster_forward, x, w, 1e-6, block, warps, early, exchange=exchange,
+                        maxnreg=reg,
+                    )  # fmt: skip
         if args.walk and not has_res:
             from cluster_split import MAX_CLUSTER, cluster_forward
 
@@ -381,6 +408,11 @@ def main():
                 "err": ok,
             }
         )
+    if args.dsmem:  # the registers of what ran (ptxas' count, spills)
+        import cluster_split
+
+        for key, (compiled, _) in cluster_split._COMPILED.items():
+            print("registers", key[1:4], key[5], key[-2:], compiled.n_regs, compiled.n_spills)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
