@@ -123,6 +123,9 @@ def cluster_split_kernel(
     EVEN: tl.constexpr,  # N == C * BLOCK: loads and stores without masks (registers)
     W_EARLY: tl.constexpr = False,  # arrive, load the weight, then wait (its latency in the wait)
     EXCHANGE: tl.constexpr = 0,  # partials through 0: L2; 1: DSMEM; 2: none (timing only: wrong)
+    RELOAD: tl.constexpr = 0,  # > 0: x not held over the meeting: reloaded (L1 / L2) after it,
+    # and the first pass in RELOAD sub-chunks (fewer registers: more CTAs an SM, as quack's
+    # reload of x from shared memory)
 ):  # fmt: skip
     """CTA ``pid`` handles chunk ``pid % C`` of row ``pid // C``; PART (M, C_POW2) float32
     scratch. ``ASM`` False (the interpreter, C = 1): no barrier."""
@@ -137,12 +140,24 @@ def cluster_split_kernel(
     cols = tl.arange(0, BLOCK)
     mask = cols < N - start
     x_ptr = X + row * stride_x + start
-    if EVEN:
-        x16 = tl.load(x_ptr + cols)
+    if RELOAD:
+        SUB: tl.constexpr = BLOCK // RELOAD
+        sub = tl.arange(0, SUB)
+        acc = tl.zeros([SUB], dtype=tl.float32)
+        for k in tl.static_range(RELOAD):
+            xk = tl.load(
+                x_ptr + k * SUB + sub, mask=k * SUB + sub < N - start, other=0.0,
+                eviction_policy="evict_last",
+            ).to(tl.float32)  # fmt: skip
+            acc += xk * xk
+        s = tl.sum(acc, axis=0)
     else:
-        x16 = tl.load(x_ptr + cols, mask=mask, other=0.0)
-    xf = x16.to(tl.float32)
-    s = tl.sum(xf * xf, axis=0)
+        if EVEN:
+            x16 = tl.load(x_ptr + cols)
+        else:
+            x16 = tl.load(x_ptr + cols, mask=mask, other=0.0)
+        xf = x16.to(tl.float32)
+        s = tl.sum(xf * xf, axis=0)
     w_ptr = W + start * stride_w
     if C > 1 and EXCHANGE == 1 and ASM:
         if W_EARLY:  # issued before the meeting: its latency hides in the exchange
@@ -167,18 +182,27 @@ def cluster_split_kernel(
                 _CLUSTER_WAIT if W_EARLY else _CLUSTER_BARRIER, "=r", [], dtype=tl.int32,
                 is_pure=False, pack=1,
             )  # fmt: skip
-    y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2, EXCHANGE == 0)
     y_ptr = Y + row * N + start
-    # loaded late (not held through the wait) unless loaded early above
-    if not (W_EARLY and C > 1 and (EXCHANGE == 0 or (EXCHANGE == 1 and ASM))):
-        if EVEN:
-            w = tl.load(w_ptr + cols * stride_w)
-        else:
-            w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
-    if EVEN:
-        tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty))
+    if RELOAD:  # after the meeting, in sub-chunks: x from L1 / L2 (not DRAM) and the weight
+        for k in tl.static_range(RELOAD):
+            ck = k * SUB + sub
+            mk = ck < N - start
+            xk = tl.load(x_ptr + ck, mask=mk, other=0.0, eviction_policy="evict_first")
+            yk, rstd = _scaled(X, xk, s, PART, row, N, eps, C, C_POW2, EXCHANGE == 0)
+            wk = tl.load(w_ptr + ck * stride_w, mask=mk, other=0.0)
+            tl.store(y_ptr + ck, (yk * wk.to(tl.float32)).to(Y.dtype.element_ty), mask=mk)
     else:
-        tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty), mask=mask)
+        y, rstd = _scaled(X, x16, s, PART, row, N, eps, C, C_POW2, EXCHANGE == 0)
+        # loaded late (not held through the wait) unless loaded early above
+        if not (W_EARLY and C > 1 and (EXCHANGE == 0 or (EXCHANGE == 1 and ASM))):
+            if EVEN:
+                w = tl.load(w_ptr + cols * stride_w)
+            else:
+                w = tl.load(w_ptr + cols * stride_w, mask=mask, other=0.0)
+        if EVEN:
+            tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty))
+        else:
+            tl.store(y_ptr + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty), mask=mask)
     tl.store(RSTD + row, rstd, mask=chunk == 0)
 
 
@@ -257,7 +281,17 @@ _COMPILED: dict = {}
 
 
 def cluster_forward(
-    x, w, eps, block, num_warps, w_early=False, walk=0, hold_w=False, exchange=0, maxnreg=None
+    x,
+    w,
+    eps,
+    block,
+    num_warps,
+    w_early=False,
+    walk=0,
+    hold_w=False,
+    exchange=0,
+    maxnreg=None,
+    reload=0,
 ):
     """(y, rstd): ``x``'s rows over ``C = ceil(N / block)`` CTAs a cluster (C <= MAX_CLUSTER),
     one row a cluster; ``walk`` > 0: :func:`cluster_walk_kernel` with ``walk`` CTAs an SM's
@@ -285,12 +319,13 @@ def cluster_forward(
         args = (x, w, y, rstd, part, x.stride(0), w.stride(0), n, eps)
         consts["W_EARLY"] = w_early
         consts["EXCHANGE"] = exchange
+        consts["RELOAD"] = reload
         clusters = m
     if not x.is_cuda or c == 1:  # one CTA a row: an ordinary launch
         kernel[(clusters * c,)](*args, **consts, num_warps=num_warps)
         return y, rstd
     key = (kernel.__name__, block, num_warps, c, x.device, x.dtype, w.dtype, w_early, hold_w)
-    key += (exchange, maxnreg)
+    key += (reload, exchange, maxnreg)
     if key not in _COMPILED:
         opts = {} if maxnreg is None else {"maxnreg": maxnreg}  # ptxas' register cap
         compiled = kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps, **opts)

@@ -243,6 +243,13 @@ def main():
         "(more CTAs an SM)",
     )
     p.add_argument(
+        "--reload",
+        type=lambda v: [int(r) for r in v.split(",")],
+        default=[],
+        help="with --dsmem: also each config with x not held over the meeting, in these numbers "
+        "of sub-chunks (comma-separated), through L2, DSMEM and no exchange",
+    )
+    p.add_argument(
         "--walk", action="store_true", help="also cluster_split's row-walking clusters (WALK)"
     )
     args = p.parse_args()
@@ -337,18 +344,20 @@ def main():
                 cands[name] = None
                 fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps, early)
                 cap = args.maxnreg or None
-                for exchange, early, reg, label in (
-                    [(1, False, None, "dsmem"), (1, True, None, "dsmem w_early"),
-                     (2, False, None, "no exchange")]
-                    + ([(0, False, cap, f"maxnreg {cap}"), (1, False, cap, f"dsmem maxnreg {cap}")]
-                       if cap else [])
+                for exchange, early, reg, rl, label in (
+                    [(1, False, None, 0, "dsmem"), (1, True, None, 0, "dsmem w_early"),
+                     (2, False, None, 0, "no exchange")]
+                    + ([(0, False, cap, 0, f"maxnreg {cap}"),
+                        (1, False, cap, 0, f"dsmem maxnreg {cap}")] if cap else [])
+                    + [(ex, False, None, r, f"{lab}reload {r}") for r in args.reload
+                       for ex, lab in [(0, ""), (1, "dsmem "), (2, "no exchange ")]]
                     if args.dsmem
                     else []
                 ):  # fmt: skip
                     cands[f"{name} {label}"] = None
                     fns[f"{name} {label}"] = functools.partial(
                         cluster_forward, x, w, 1e-6, block, warps, early, exchange=exchange,
-                        maxnreg=reg,
+                        maxnreg=reg, reload=rl,
                     )  # fmt: skip
         if args.walk and not has_res:
             from cluster_split import MAX_CLUSTER, cluster_forward
@@ -412,7 +421,7 @@ def main():
         import cluster_split
 
         for key, (compiled, _) in cluster_split._COMPILED.items():
-            print("registers", key[1:4], key[5], key[-2:], compiled.n_regs, compiled.n_spills)
+            print("registers", key[1:4], key[5], key[-3:], compiled.n_regs, compiled.n_spills)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
