@@ -126,6 +126,8 @@ def cluster_split_kernel(
     RELOAD: tl.constexpr = 0,  # > 0: x not held over the meeting: reloaded (L1 / L2) after it,
     # and the first pass in RELOAD sub-chunks (fewer registers: more CTAs an SM, as quack's
     # reload of x from shared memory)
+    WHOLE_SUM: tl.constexpr = False,  # with RELOAD: the first pass one load and one sum (the
+    # split kernel's order: its bits), only the second in sub-chunks
 ):  # fmt: skip
     """CTA ``pid`` handles chunk ``pid % C`` of row ``pid // C``; PART (M, C_POW2) float32
     scratch. ``ASM`` False (the interpreter, C = 1): no barrier."""
@@ -140,9 +142,9 @@ def cluster_split_kernel(
     cols = tl.arange(0, BLOCK)
     mask = cols < N - start
     x_ptr = X + row * stride_x + start
-    if RELOAD:
-        SUB: tl.constexpr = BLOCK // RELOAD
-        sub = tl.arange(0, SUB)
+    SUB: tl.constexpr = BLOCK // (RELOAD + (RELOAD == 0))
+    sub = tl.arange(0, SUB)
+    if RELOAD and not WHOLE_SUM:
         acc = tl.zeros([SUB], dtype=tl.float32)
         for k in tl.static_range(RELOAD):
             xk = tl.load(
@@ -292,6 +294,7 @@ def cluster_forward(
     exchange=0,
     maxnreg=None,
     reload=0,
+    whole_sum=False,
 ):
     """(y, rstd): ``x``'s rows over ``C = ceil(N / block)`` CTAs a cluster (C <= MAX_CLUSTER),
     one row a cluster; ``walk`` > 0: :func:`cluster_walk_kernel` with ``walk`` CTAs an SM's
@@ -320,12 +323,13 @@ def cluster_forward(
         consts["W_EARLY"] = w_early
         consts["EXCHANGE"] = exchange
         consts["RELOAD"] = reload
+        consts["WHOLE_SUM"] = whole_sum
         clusters = m
     if not x.is_cuda or c == 1:  # one CTA a row: an ordinary launch
         kernel[(clusters * c,)](*args, **consts, num_warps=num_warps)
         return y, rstd
     key = (kernel.__name__, block, num_warps, c, x.device, x.dtype, w.dtype, w_early, hold_w)
-    key += (reload, exchange, maxnreg)
+    key += (whole_sum, reload, exchange, maxnreg)
     if key not in _COMPILED:
         opts = {} if maxnreg is None else {"maxnreg": maxnreg}  # ptxas' register cap
         compiled = kernel.warmup(*args, **consts, grid=(1,), num_warps=num_warps, **opts)

@@ -247,7 +247,8 @@ def main():
         type=lambda v: [int(r) for r in v.split(",")],
         default=[],
         help="with --dsmem: also each config with x not held over the meeting, in these numbers "
-        "of sub-chunks (comma-separated), through L2, DSMEM and no exchange",
+        "of sub-chunks (comma-separated), through L2, DSMEM and no exchange; a negative number: "
+        "DSMEM only, the first pass one sum (the split kernel's bits)",
     )
     p.add_argument(
         "--walk", action="store_true", help="also cluster_split's row-walking clusters (WALK)"
@@ -350,14 +351,15 @@ def main():
                     + ([(0, False, cap, 0, f"maxnreg {cap}"),
                         (1, False, cap, 0, f"dsmem maxnreg {cap}")] if cap else [])
                     + [(ex, False, None, r, f"{lab}reload {r}") for r in args.reload
-                       for ex, lab in [(0, ""), (1, "dsmem "), (2, "no exchange ")]]
+                       for ex, lab in [(0, ""), (1, "dsmem "), (2, "no exchange ")]
+                       if r > 0 or ex == 1]
                     if args.dsmem
                     else []
                 ):  # fmt: skip
                     cands[f"{name} {label}"] = None
                     fns[f"{name} {label}"] = functools.partial(
                         cluster_forward, x, w, 1e-6, block, warps, early, exchange=exchange,
-                        maxnreg=reg, reload=rl,
+                        maxnreg=reg, reload=abs(rl), whole_sum=rl < 0,
                     )  # fmt: skip
         if args.walk and not has_res:
             from cluster_split import MAX_CLUSTER, cluster_forward
