@@ -17,7 +17,13 @@ widened by its bits; the weight loaded late), at one cluster barrier a row: quac
 design, with the partials through L2 instead of distributed shared memory.
 
 x: (M, N) float16 / bfloat16 / float32 rows, unit column stride; w: (N,). float32 math.
-Clusters up to 8 CTAs (the portable limit)."""
+Clusters up to 8 CTAs (the portable limit).
+
+Variants, timed in the 42nd session (``split_tune.py --dsmem [--reload R] [--maxnreg R]``;
+results and verdicts in README.md): ``EXCHANGE`` (the partials through distributed shared
+memory, or no meeting at all, a wrong answer that prices the meeting), ``RELOAD`` /
+``WHOLE_SUM`` (x not held over the meeting), ``maxnreg`` (a ptxas register cap; built, not
+timed: its run was refused)."""
 
 from __future__ import annotations
 
