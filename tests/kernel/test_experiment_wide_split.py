@@ -117,3 +117,30 @@ def test_cluster_walk_gives_the_package_kernels_bits(dtype, hold_w, device):
             y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps, walk=walk, hold_w=hold_w)
             assert_close(y, oracle_y(x, w), dtype, f"y of cluster walk {block} x {warps}")
             assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, warps, walk)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cluster_meeting_variants_give_float64s_values(dtype, device):
+    """``cluster_forward``'s 42nd-session variants: the partials through DSMEM (``exchange=1``,
+    GPU only: inline PTX) give the L2 meeting's bits; x reloaded after the meeting
+    (``reload``) gives float64's values, and with the first pass one sum (``whole_sum``) the
+    package split kernel's bits. On the CPU one CTA a row (a ragged chunk)."""
+    if device == "cuda":
+        n, m, cases = 131072 - 3, 64, [(16384, 8), (32768, 16)]
+        if dtype == torch.float32:
+            cases = [(32768, 32), (16384, 16)]
+    else:
+        n, m, cases = 300, 3, [(512, 4)]
+    x = torch.randn(m, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    for block, warps in cases:
+        c = -(-n // block)
+        want, _, want_rstd = TUNE.run(x, w, None, ForwardConfig(block, 0, warps, split=c))
+        variants = [dict(reload=2), dict(reload=4), dict(reload=4, whole_sum=True)]
+        if device == "cuda":
+            variants += [dict(exchange=1), dict(exchange=1, reload=4, whole_sum=True)]
+        for kw in variants:
+            y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps, **kw)
+            assert_close(y, oracle_y(x, w), dtype, f"y of cluster {block} x {warps} {kw}")
+            if kw.get("whole_sum") or "reload" not in kw:  # the split kernel's order of sums
+                assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, kw)
