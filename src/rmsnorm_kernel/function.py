@@ -54,6 +54,10 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep
     res_rows, sr = (None, 0) if residual is None else ops.rows_of(residual, "residual")
     if out_dtype is None:
         out_dtype = ops.output_dtype(x, weight, llama)
+    # Rows viewed or copied to 2-D: y and h are allocated in x's shape, not viewed to it, since
+    # an autograd.Function's output that is a view of a tensor made inside it may not be
+    # modified in place (y.mul_(2), y[0] = 0: what F.rms_norm's output allows), and a forward-AD
+    # tangent cannot be attached to it.
     y, h, rstd = ops.launch_forward(
         x_rows,
         weight,
@@ -65,11 +69,10 @@ def _forward(x, weight, residual, eps, offset, llama=False, out_dtype=None, keep
         stride_res=sr,
         llama=llama,
         keep_rstd=keep_rstd,
+        shape=None if x_rows is x else x.shape,
     )
     CALLS["forward"] += 1
     saved, saved_stride = (x_rows, sx) if h is None else (h, x.shape[-1])
-    if x_rows is not x:  # rows were viewed or copied to 2-D: give y and h the caller's shape
-        y, h = y.view(x.shape), (None if h is None else h.view(x.shape))
     return y, h, saved, saved_stride, rstd
 
 

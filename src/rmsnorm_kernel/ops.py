@@ -207,8 +207,11 @@ def rows_of(t: torch.Tensor, name: str) -> tuple[torch.Tensor, int]:
     return rows, rows.stride()[0]
 
 
-def _empty_out(like: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous tensor of ``like``'s shape (``empty_like`` is the cheapest allocation)."""
+def _empty_out(like: torch.Tensor, dtype: torch.dtype, shape=None) -> torch.Tensor:
+    """A contiguous tensor of ``shape`` (default ``like``'s; ``empty_like`` is the cheapest
+    allocation), on ``like``'s device."""
+    if shape is not None:
+        return torch.empty(shape, device=like.device, dtype=dtype)
     if dtype == like.dtype:
         return torch.empty_like(like, memory_format=torch.contiguous_format)
     return torch.empty(like.shape, device=like.device, dtype=dtype)
@@ -251,10 +254,13 @@ def launch_forward(
     llama: bool = False,
     config: ForwardConfig | None = None,
     keep_rstd: bool = True,
+    shape: torch.Size | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Rows in: ``(y, h or None, rstd (M,) ACC)`` out; ``y`` (``out_dtype``) and ``h``
-    (``x2.dtype``) are contiguous with ``x2``'s shape. ``keep_rstd=False`` (nothing will
-    differentiate): rstd is neither allocated nor stored, and comes back None.
+    (``x2.dtype``) are contiguous with ``x2``'s shape, or ``shape`` (of as many values: the
+    caller's ``[..., N]`` where ``x2`` is its rows viewed or copied to 2-D; the kernels write
+    contiguous rows either way). ``keep_rstd=False`` (nothing will differentiate): rstd is
+    neither allocated nor stored, and comes back None.
 
     ``x2``: ``(M, N)`` with unit column stride, or any ``[..., N]`` whose rows are ``stride_x``
     elements apart (a contiguous tensor: ``stride_x = N``); the same for ``residual2``.
@@ -268,8 +274,8 @@ def launch_forward(
     m = x2.numel() // n
     sx = x2.stride()[0] if stride_x is None else stride_x
     acc = _acc_dtype(x2.dtype)
-    y = _empty_out(x2, out_dtype)
-    h = None if residual2 is None else _empty_out(x2, x2.dtype)
+    y = _empty_out(x2, out_dtype, shape)
+    h = None if residual2 is None else _empty_out(x2, x2.dtype, shape)
     if m == 0:
         return y, h, (torch.empty(0, device=x2.device, dtype=acc) if keep_rstd else None)
     index = _device_index(x2)

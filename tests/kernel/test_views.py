@@ -189,3 +189,63 @@ def test_copy_on_write_inputs_stay_lazy(kind, device):
     expected = _cow_run(plain["x"], plain["w"], plain["res"], plain["dy"], plain["dh"])
     for name, a, b in zip(("y", "h", "dx", "dweight", "dresidual"), got, expected, strict=True):
         assert torch.equal(a, b), name
+
+
+#: inputs whose rows the launch views or copies to 2-D: ``(base shape, view of base)``.
+ROWS_REMADE = {
+    "transpose": ((N, M), lambda b: b.t()),
+    "row_step_3d": ((2, 2 * M, N), lambda b: b[:, ::2]),
+    "step_last_dim_3d": ((2, M, 2 * N), lambda b: b[..., ::2]),
+}
+
+
+@pytest.mark.parametrize("kind", list(ROWS_REMADE))
+@pytest.mark.parametrize("entry", ["rmsnorm", "rms_norm", "residual"])
+def test_outputs_of_a_remade_input_take_in_place_ops(kind, entry, device):
+    """F.rms_norm's output may be modified in place (``y.mul_(2)``, ``relu_``, ``y[0] = 0``)
+    whatever x's layout. Ours must be too: y (and h) are allocated in x's shape, not views of
+    the 2-D rows made inside the autograd.Function (autograd refuses in-place ops on those).
+    (h = x + residual is saved for the backward, as F.rms_norm saves its input: only y is
+    modified.)"""
+    shape, view = ROWS_REMADE[kind]
+    base = _leaf(shape, device)
+    w = _leaf((N,), device)
+    x = view(base)
+    res = torch.randn(x.shape, device=device) if entry == "residual" else None
+    if entry == "rms_norm":
+        out = (rk.rms_norm(x, (N,), w, 1e-6),)
+    else:
+        out = rk.rmsnorm(x, w, 1e-6, residual=res)
+        out = out if isinstance(out, tuple) else (out,)
+    for t in out:
+        assert t.shape == x.shape and t._base is None, "an output is a view"
+    out[0].mul_(2)
+    out[0][0] = 0
+    sum(t.sum() for t in out).backward()
+
+    base64 = base.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    h64 = view(base64) if res is None else view(base64) + res.double()
+    out64 = [2 * rk.rmsnorm_reference(h64, w64, 1e-6)] + ([h64] if res is not None else [])
+    out64[0] = torch.cat([torch.zeros_like(out64[0][:1]), out64[0][1:]])
+    sum(t.sum() for t in out64).backward()
+    for got, want in zip(out, out64, strict=True):
+        assert_close(got, want, torch.float32, f"output ({kind}, {entry})")
+    assert_close(base.grad, base64.grad, torch.float32, f"dx into the base ({kind}, {entry})")
+    assert_close(w.grad, w64.grad, torch.float32, f"dweight ({kind}, {entry})")
+
+
+@pytest.mark.parametrize("kind", list(ROWS_REMADE))
+def test_forward_ad_through_a_remade_input(kind, device):
+    """A forward-AD dual whose primal's rows are remade (a transpose): F.rms_norm takes it, and
+    so must we (a tangent cannot be attached to a view made inside the Function)."""
+    import torch.autograd.forward_ad as fwad
+
+    shape, view = ROWS_REMADE[kind]
+    primal = view(torch.randn(shape, device=device, dtype=torch.float64))
+    tangent = torch.randn(primal.shape, device=device, dtype=torch.float64)
+    w = torch.randn(N, device=device, dtype=torch.float64)
+    with fwad.dual_level():
+        y_t = fwad.unpack_dual(rk.rms_norm(fwad.make_dual(primal, tangent), (N,), w, 1e-6)).tangent
+    _, want = torch.func.jvp(lambda a: rk.rmsnorm_reference(a, w, 1e-6), (primal,), (tangent,))
+    assert_close(y_t, want, torch.float64, f"tangent ({kind})")
