@@ -414,18 +414,21 @@ def default_eps(dtype: torch.dtype) -> float:
     return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
 
 
-def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
+def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, names=("x", "weight")):
     """:func:`rmsnorm`; ``eps_positive=False`` takes any finite eps (the drop-ins' rule, as
-    ``F.rms_norm``: see :func:`contract.check_contract`)."""
+    ``F.rms_norm``: see :func:`contract.check_contract`); ``names``: what the errors call x and
+    weight (a drop-in's own argument names, e.g. ``input``)."""
     if dtensor.involved(x, weight, residual):  # tensor / sequence parallel: each rank's rows
 
         def local(x, weight, residual):
-            return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+            return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, names)
 
         return dtensor.local_call(local, x, weight, residual)
     # (x.dim() first: the one C call the common 2-D / 3-D case pays for this)
     if isinstance(x, torch.Tensor) and x.dim() >= 4 and (fmt := _channels_last(x)) is not None:
-        return _channels_last_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, fmt)
+        return _channels_last_rmsnorm(
+            x, weight, eps, offset, residual, rounding, eps_positive, fmt, names
+        )
     if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         dtype = x.dtype  # the normalised tensor's: x, or x + residual
@@ -440,6 +443,7 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive):
         residual=residual,
         rounding=rounding,
         eps_positive=eps_positive,
+        names=names,
     )
     if residual is not None and residual.dtype != x.dtype and residual.dtype == torch.float32:
         # h = x + residual is float32: the kernels store h in their x's dtype, so the float32
@@ -521,7 +525,7 @@ class ContiguousKeepingGradLayout(torch.autograd.Function):
         return x_t.contiguous()
 
 
-def _channels_last_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, fmt):
+def _channels_last_rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, fmt, names):
     """F.rms_norm keeps a channels-last input's layout in its output and its input's gradient
     (empty_like(x) in x's suggested memory format); the kernels read and write rows: x is copied
     to rows (as it would be anyway), and y and dx are copied back to that layout, in this case
@@ -529,7 +533,7 @@ def _channels_last_rmsnorm(x, weight, eps, offset, residual, rounding, eps_posit
     x = contiguous_keeping_grad_layout(x, fmt)
     if residual is not None and _channels_last(residual) is not None:
         residual = contiguous_keeping_grad_layout(residual, fmt)
-    out = _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive)
+    out = _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, names)
     if isinstance(out, tuple):
         return tuple(t.contiguous(memory_format=fmt) for t in out)
     return out.contiguous(memory_format=fmt)

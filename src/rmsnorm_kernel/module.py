@@ -48,6 +48,10 @@ def _float32(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.float()
 
 
+#: What the errors call rms_norm's tensors: its own (F.rms_norm's) argument names.
+_NAMES = ("input", "weight")
+
+
 def rms_norm(
     input: torch.Tensor,  # noqa: A002 - torch.nn.functional.rms_norm's argument name
     normalized_shape,
@@ -106,13 +110,13 @@ def rms_norm(
         return (input.clone() if weight is None else input * weight).to(input.dtype)
     # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
     if k == 1:
-        return _rmsnorm(input, weight, eps, 0.0, None, "torch", False)
+        return _rmsnorm(input, weight, eps, 0.0, None, "torch", False, _NAMES)
     fmt = _channels_last(input)  # F.rms_norm keeps a channels-last input's layout (y and dx)
     rows = (input if fmt is None else contiguous_keeping_grad_layout(input, fmt)).flatten(
         input.dim() - k
     )
     weight = None if weight is None else weight.reshape(-1)
-    y = _rmsnorm(rows, weight, eps, 0.0, None, "torch", False).view(input.shape)
+    y = _rmsnorm(rows, weight, eps, 0.0, None, "torch", False, _NAMES).view(input.shape)
     return y if fmt is None else y.contiguous(memory_format=fmt)
 
 

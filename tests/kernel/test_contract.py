@@ -186,14 +186,15 @@ def test_the_fast_path_accepts_only_what_the_full_checks_accept(monkeypatch, dev
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
 def test_eps_none_with_a_non_float_input_names_x_dtype(device, dtype):
     """eps=None resolves through x's dtype (default_eps); a non-float x must get the contract's
-    message about x, not finfo's TypeError."""
+    message about x, not finfo's TypeError, under the entry's own argument name (the drop-ins
+    take F.rms_norm's ``input``)."""
     x = torch.ones(3, 8, device=device).to(dtype)
-    for call in (
-        lambda: rk.rmsnorm(x, None, None),
-        lambda: rk.rms_norm(x, (8,)),
-        lambda: rk.RMSNorm(8, device=device)(x),
+    for call, name in (
+        (lambda: rk.rmsnorm(x, None, None), "x"),
+        (lambda: rk.rms_norm(x, (8,)), "input"),
+        (lambda: rk.RMSNorm(8, device=device)(x), "input"),
     ):
-        with pytest.raises(rk.ContractTypeError, match="x must have dtype"):
+        with pytest.raises(rk.ContractTypeError, match=f"^{name} must have dtype"):
             call()
 
 

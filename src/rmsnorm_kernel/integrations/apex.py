@@ -131,7 +131,7 @@ def _norm(input, shape, weight, eps) -> torch.Tensor:
     llama rounding, whose promoted dtype is the input's when the weight's dtype matches."""
     rows = _rows(input, shape)
     w = None if weight is None else weight.reshape(-1)
-    y = _rmsnorm(rows, w, float(eps), 0.0, None, "llama", False)
+    y = _rmsnorm(rows, w, float(eps), 0.0, None, "llama", False, ("input", "weight"))
     return y.view(input.shape)
 
 
