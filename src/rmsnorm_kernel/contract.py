@@ -136,13 +136,24 @@ def _check_dtype(name: str, t: torch.Tensor) -> None:
         raise ContractTypeError(f"{name} must have dtype in ({_DTYPE_NAMES}) (got {t.dtype})")
 
 
-def check_no_columns(x: torch.Tensor, weight: torch.Tensor | None, eps: float | None) -> None:
+def check_no_columns(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float | None,
+    names: tuple[str, str] = ("x", "weight"),
+) -> None:
     """The drop-ins' rules for rows of N = 0 values, which ``F.rms_norm`` returns empty (nothing
-    is launched): x and weight of supported dtypes, eps None or a finite real. The caller
-    checked the shapes."""
-    _check_dtype("x", x)
+    is launched): x and weight of supported dtypes, the weight on x's device, eps None or a
+    finite real. The caller checked the shapes. ``names``: what the messages call x and
+    weight."""
+    xn, wn = names
+    _check_dtype(xn, x)
     if weight is not None:
-        _check_dtype("weight", weight)
+        _check_dtype(wn, weight)
+        if weight.device != x.device:
+            raise ContractValueError(
+                f"{wn} must be on {xn}'s device {x.device} (got {weight.device})"
+            )
     if eps is not None:
         _check_real("eps", eps, positive=False)
 

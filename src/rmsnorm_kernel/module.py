@@ -106,7 +106,7 @@ def rms_norm(
     if _autocast_to_float32(input):  # F.rms_norm's autocast rule: inputs cast first
         input, weight = input.float(), _float32(weight)
     if 0 in shape:  # rows of no values: nothing to normalise; F.rms_norm returns them empty
-        check_no_columns(input, weight, eps)
+        check_no_columns(input, weight, eps, _NAMES)
         return (input.clone() if weight is None else input * weight).to(input.dtype)
     # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
     if k == 1:

@@ -184,10 +184,12 @@ def test_rows_of_no_values_come_back_empty_as_from_torch(shape, normalized, affi
     assert rk.CALLS["forward"] == 0
 
 
-def test_rows_of_no_values_still_check_dtypes_and_eps(device):
+def test_rows_of_no_values_still_check_dtypes_devices_and_eps(device):
     x = torch.zeros(2, 0, device=device)
-    with pytest.raises(TypeError, match="x must have dtype"):
+    with pytest.raises(TypeError, match="^input must have dtype"):
         rk.rms_norm(x.int(), (0,))
+    with pytest.raises(ValueError, match="^weight must be on input's device"):
+        rk.rms_norm(x, (0,), torch.zeros(0, device="meta"))
     with pytest.raises(TypeError, match="weight must have dtype"):
         rk.rms_norm(x, (0,), torch.zeros(0, dtype=torch.int64, device=device))
     with pytest.raises(ValueError, match="eps must be finite"):
