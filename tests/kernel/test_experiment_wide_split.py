@@ -123,8 +123,10 @@ def test_cluster_walk_gives_the_package_kernels_bits(dtype, hold_w, device):
 def test_cluster_meeting_variants_give_float64s_values(dtype, device):
     """``cluster_forward``'s 42nd-session variants: the partials through DSMEM (``exchange=1``,
     GPU only: inline PTX) give the L2 meeting's bits; x reloaded after the meeting
-    (``reload``) gives float64's values, and with the first pass one sum (``whole_sum``) the
-    package split kernel's bits. On the CPU one CTA a row (a ragged chunk)."""
+    (``reload``) gives float64's values, with the first pass one sum (``whole_sum``) too. Not
+    the split kernel's bits: on an H100 (43rd session) whole_sum's rstd differed at bf16
+    16384 x 8 warps and its y at float32 32768 x 32 (the compiled sum of the reloading kernel
+    is not the split kernel's). On the CPU one CTA a row (a ragged chunk)."""
     if device == "cuda":
         n, m, cases = 131072 - 3, 64, [(16384, 8), (32768, 16)]
         if dtype == torch.float32:
@@ -142,5 +144,5 @@ def test_cluster_meeting_variants_give_float64s_values(dtype, device):
         for kw in variants:
             y, rstd = CLUSTER.cluster_forward(x, w, 1e-6, block, warps, **kw)
             assert_close(y, oracle_y(x, w), dtype, f"y of cluster {block} x {warps} {kw}")
-            if kw.get("whole_sum") or "reload" not in kw:  # the split kernel's order of sums
+            if "reload" not in kw:  # the split kernel's order of sums
                 assert torch.equal(y, want) and torch.equal(rstd, want_rstd), (block, kw)
