@@ -19,11 +19,10 @@ design, with the partials through L2 instead of distributed shared memory.
 x: (M, N) float16 / bfloat16 / float32 rows, unit column stride; w: (N,). float32 math.
 Clusters up to 8 CTAs (the portable limit).
 
-Variants, timed in the 42nd session (``split_tune.py --dsmem [--reload R] [--maxnreg R]``;
-results and verdicts in README.md): ``EXCHANGE`` (the partials through distributed shared
-memory, or no meeting at all, a wrong answer that prices the meeting), ``RELOAD`` /
-``WHOLE_SUM`` (x not held over the meeting), ``maxnreg`` (a ptxas register cap; built, not
-timed: its run was refused)."""
+Variants, timed in the 42nd and 43rd sessions (``split_tune.py --dsmem [--reload R]
+[--maxnreg R]``; results and verdicts in README.md): ``EXCHANGE`` (the partials through
+distributed shared memory, or no meeting at all, a wrong answer that prices the meeting),
+``RELOAD`` / ``WHOLE_SUM`` (x not held over the meeting), ``maxnreg`` (a ptxas register cap)."""
 
 from __future__ import annotations
 
@@ -133,7 +132,7 @@ def cluster_split_kernel(
     # and the first pass in RELOAD sub-chunks (fewer registers: more CTAs an SM, as quack's
     # reload of x from shared memory)
     WHOLE_SUM: tl.constexpr = False,  # with RELOAD: the first pass one load and one sum (the
-    # split kernel's order: its bits), only the second in sub-chunks
+    # split kernel's bits on the CPU; not on an H100, 43rd session), only the second in sub-chunks
 ):  # fmt: skip
     """CTA ``pid`` handles chunk ``pid % C`` of row ``pid // C``; PART (M, C_POW2) float32
     scratch. ``ASM`` False (the interpreter, C = 1): no barrier."""

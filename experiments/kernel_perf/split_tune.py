@@ -248,7 +248,7 @@ def main():
         default=[],
         help="with --dsmem: also each config with x not held over the meeting, in these numbers "
         "of sub-chunks (comma-separated), through L2, DSMEM and no exchange; a negative number: "
-        "DSMEM only, the first pass one sum (the split kernel's bits)",
+        "DSMEM only, the first pass one sum",
     )
     p.add_argument(
         "--walk", action="store_true", help="also cluster_split's row-walking clusters (WALK)"
