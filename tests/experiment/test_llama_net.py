@@ -10,6 +10,7 @@ import torch
 import rmsnorm_kernel as rk
 from rmsnorm_kernel.experiment.core.builders import SpecError, build_from_spec, check_spec
 from rmsnorm_kernel.experiment.lm import net as lm  # registers the "llama" builder
+from rmsnorm_kernel.integrations.transformers import is_patched
 
 SPEC = {
     "builder": "llama",
@@ -32,16 +33,21 @@ def build(norm: str, seed: int = 0) -> torch.nn.Module:
 
 
 def norm_classes(net) -> list[str]:
-    return [type(m).__name__ for m in net.modules() if "RMSNorm" in type(m).__name__]
+    """The norms' class names, ``patched:`` before those ``patch`` changed."""
+    return [
+        ("patched:" if is_patched(m) else "") + type(m).__name__
+        for m in net.modules()
+        if "RMSNorm" in type(m).__name__
+    ]
 
 
 def test_branches_start_from_the_same_weights_and_compute_the_same_logits(device):
     nets = {norm: build(norm).to(device) for norm in ("hf", "triton", "triton_fused", "torch")}
     assert norm_classes(nets["hf"]) == ["LlamaRMSNorm"] * NORMS
-    assert norm_classes(nets["triton"]) == ["KernelLlamaRMSNorm"] * NORMS
-    assert norm_classes(nets["triton_fused"]) == ["KernelLlamaRMSNorm"] * NORMS
-    fused = [type(m).__name__ for m in nets["triton_fused"].lm.model.layers]
-    assert fused == ["KernelLlamaDecoderLayer"] * SPEC["num_hidden_layers"]
+    assert norm_classes(nets["triton"]) == ["patched:LlamaRMSNorm"] * NORMS
+    assert norm_classes(nets["triton_fused"]) == ["patched:LlamaRMSNorm"] * NORMS
+    fused = [(type(m).__name__, is_patched(m)) for m in nets["triton_fused"].lm.model.layers]
+    assert fused == [("LlamaDecoderLayer", True)] * SPEC["num_hidden_layers"]
     assert norm_classes(nets["torch"]) == ["RMSNorm"] * NORMS
     keys = list(nets["hf"].state_dict())
     for net in nets.values():

@@ -12,7 +12,7 @@ import torch
 from hf_models import FAMILIES, logits_and_grads, tiny_model, tokens
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel.integrations.transformers import patch, unpatch
+from rmsnorm_kernel.integrations.transformers import is_patched, patch, unpatch
 
 LOGITS_TOL = {"atol": 1e-5, "rtol": 1e-5}
 GRAD_TOL = {"atol": 1e-5, "rtol": 1e-4}
@@ -39,10 +39,12 @@ def test_patched_model_matches_unpatched(family, device):
     for name, module in model.named_modules():
         if name in norms:
             assert module is norms[name]
-            assert type(module).__name__ == "Kernel" + classes[name].__name__
-            assert isinstance(module, classes[name])
+            assert is_patched(module) and isinstance(module, classes[name])
+            # the same name (exact-name lookups find it) and a repr that says it is patched
+            assert type(module).__name__ == classes[name].__name__
+            assert "rmsnorm_kernel=" in repr(module)
     if family in ("qwen3", "gemma3"):  # the per-head q/k norms over head_dim are patched too
-        assert type(model.model.layers[0].self_attn.q_norm).__name__.startswith("Kernel")
+        assert is_patched(model.model.layers[0].self_attn.q_norm)
     # Same Parameter objects and state_dict keys: optimizers and checkpoints are unaffected.
     assert all(p is params[n] for n, p in model.named_parameters())
     assert list(model.state_dict()) == keys

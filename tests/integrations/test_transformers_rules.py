@@ -27,7 +27,12 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel.integrations.transformers import UnsupportedNormError, patch, unpatch
+from rmsnorm_kernel.integrations.transformers import (
+    UnsupportedNormError,
+    is_patched,
+    patch,
+    unpatch,
+)
 from rmsnorm_kernel.paths import CONFIG_DIR
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
@@ -243,7 +248,7 @@ def test_allow_unknown_leaves_it_and_patches_the_rest():
     model = Block(UnknownRMSNorm(8))
     assert patch(model, allow_unknown=True) == 1
     assert type(model.other) is UnknownRMSNorm
-    assert type(model.known).__name__ == "KernelLlamaRMSNorm"
+    assert type(model.known).__name__ == "LlamaRMSNorm" and is_patched(model.known)
     assert unpatch(model) == 1
 
 
@@ -298,3 +303,48 @@ def test_integration_imports_no_transformers_and_no_experiment_layer():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_packages_own_dropins_are_left_as_they_are():
+    """Liger / Apex / flash-attn drop-ins and ``rmsnorm_kernel.RMSNorm`` run the kernels
+    already: ``patch`` skips them (not refused as unknown RMSNorms, not counted)."""
+    from rmsnorm_kernel.integrations import apex, flash_attn, liger
+
+    dropins = [
+        liger.LigerRMSNorm(8),
+        liger.LigerRMSNormForGemma3(8),
+        liger.LigerFusedAddRMSNorm(8),
+        apex.FusedRMSNorm(8),
+        apex.MixedFusedRMSNorm(8),
+        flash_attn.RMSNorm(8),
+        rk.RMSNorm(8),
+    ]
+    model = nn.Sequential(LlamaRMSNorm(8), *dropins)
+    classes = [type(m) for m in dropins]
+    assert patch(model) == 1
+    assert is_patched(model[0])
+    assert [type(m) for m in model[1:]] == classes
+    assert unpatch(model) == 1
+
+
+def test_unpatch_refuses_a_patch_hidden_by_a_later_subclass_and_patch_skips_it():
+    """A parametrization (as FSDP2's fully_shard) subclasses the patched class: unpatch cannot
+    swap it back, and says so, naming the module, before changing any; a second patch sees it
+    as patched."""
+    from torch.nn.utils import parametrize
+
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    model = Block(LlamaRMSNorm(8))
+    assert patch(model) == 2
+    parametrize.register_parametrization(model.other, "weight", Double())
+    assert is_patched(model.other) and type(model.other).__name__ == "ParametrizedLlamaRMSNorm"
+    x = torch.randn(3, 8)
+    want = rk.rmsnorm_reference(x.double(), 2 * torch.ones(8, dtype=torch.float64), 1e-6)
+    torch.testing.assert_close(model.other(x).double(), want, atol=1e-6, rtol=1e-6)
+    with pytest.raises(UnsupportedNormError, match=r"unpatch: 1 patched .*'other'"):
+        unpatch(model)
+    assert is_patched(model.known) and is_patched(model.other)  # nothing was changed
+    assert patch(model) == 0

@@ -76,7 +76,14 @@ from ..function import rmsnorm
 from ..module import RMSNorm, rms_norm
 from .fused_residual import DECODER_SOURCES, fused_decoder_forward
 
-__all__ = ["CONVENTIONS", "UnsupportedNormError", "convention_of", "patch", "unpatch"]
+__all__ = [
+    "CONVENTIONS",
+    "UnsupportedNormError",
+    "convention_of",
+    "is_patched",
+    "patch",
+    "unpatch",
+]
 
 log = logging.getLogger("rmsnorm_kernel")
 
@@ -345,23 +352,35 @@ def _rebuild_patched(original: type, rule: str) -> nn.Module:
     return module
 
 
+def _patched_extra_repr(self) -> str:
+    """The original ``extra_repr`` and the rule: a patched module shows that it is one."""
+    cls = type(self)
+    base = cls._rmsnorm_kernel_original.extra_repr(self)
+    tag = f"rmsnorm_kernel={cls._rmsnorm_kernel_rule}"
+    return f"{base}, {tag}" if base else tag
+
+
 def _kernel_class(cls: type, rule: str) -> type:
     """The subclass of ``cls`` whose ``forward`` runs the kernel by ``rule`` (made once).
 
     ``rule``: the convention's name for norms (``_rmsnorm_kernel_rule``, read by the fused
-    residual path), :data:`FUSED_RULE` for decoder layers. The subclass is named
-    ``Kernel<cls name>`` and pickles through :func:`_reduce_patched`, so a patched model can be
-    saved with ``torch.save``, pickled and deep-copied.
+    residual path), :data:`FUSED_RULE` for decoder layers. The subclass keeps ``cls``'s name:
+    code that finds classes by their exact name (``_no_split_modules`` in accelerate's device
+    maps, the Trainer's ``fsdp_transformer_layer_cls_to_wrap``) still finds them. Its ``repr``
+    adds ``rmsnorm_kernel=<rule>``, and :func:`is_patched` tells it apart. It pickles through
+    :func:`_reduce_patched`, so a patched model can be saved with ``torch.save``, pickled and
+    deep-copied.
     """
     key = (cls, rule)
     if key not in _KERNEL_CLASSES:
         _KERNEL_CLASSES[key] = type(
-            f"Kernel{cls.__name__}",
+            cls.__name__,
             (cls,),
             {
                 "forward": _rule_forward(rule),
+                "extra_repr": _patched_extra_repr,
                 "__module__": __name__,
-                "__qualname__": f"Kernel{cls.__name__}",
+                "__qualname__": cls.__qualname__,
                 "__doc__": f"{cls.__name__} running rmsnorm_kernel ({rule}).",
                 "__reduce_ex__": _reduce_patched,
                 "_rmsnorm_kernel_original": cls,
@@ -371,8 +390,26 @@ def _kernel_class(cls: type, rule: str) -> type:
     return _KERNEL_CLASSES[key]
 
 
+def is_patched(module: nn.Module) -> bool:
+    """Whether :func:`patch` changed ``module`` (a norm or a fused decoder layer), also when
+    another library subclassed its class since (FSDP2's ``fully_shard``, parametrizations)."""
+    return hasattr(type(module), "_rmsnorm_kernel_original")
+
+
 def _is_patched(module: nn.Module) -> bool:
+    """Patched, and its class is still the kernel subclass itself (:func:`unpatch` can restore
+    it)."""
     return "_rmsnorm_kernel_original" in type(module).__dict__
+
+
+def _is_dropin(module: nn.Module) -> bool:
+    """This package's own norms (``rmsnorm_kernel.RMSNorm`` and the Liger / Apex / flash-attn
+    drop-ins): they run the kernels already."""
+    return isinstance(module, RMSNorm) or type(module).__module__.startswith(_DROPINS)
+
+
+#: The modules of the drop-in classes (every class there runs the kernels).
+_DROPINS = __name__.rsplit(".", 1)[0] + "."
 
 
 _FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -513,11 +550,11 @@ def patch(
     skipped: list[str] = []
     rule_norms: set[int] = set()  # norms that are, or will be, patched with a fusable rule
     for path, module in model.named_modules():
-        if _is_patched(module):
+        if is_patched(module):
             if type(module)._rmsnorm_kernel_rule in FUSABLE_RULES:
                 rule_norms.add(id(module))
             continue
-        if isinstance(module, RMSNorm):  # this package's own module: the kernel already
+        if _is_dropin(module):  # this package's own modules: the kernel already
             continue
         if not _looks_like_rmsnorm(module):
             if _calls_rsqrt(type(module)):
@@ -532,7 +569,7 @@ def patch(
         todo.append((module, convention.name))
     if fuse_residual:
         for path, layer in model.named_modules():
-            if _is_patched(layer) or not type(layer).__name__.endswith("DecoderLayer"):
+            if is_patched(layer) or not type(layer).__name__.endswith("DecoderLayer"):
                 continue
             try:
                 _check_fusable(path, layer, rule_norms)
@@ -554,9 +591,27 @@ def patch(
 
 
 def unpatch(model: nn.Module) -> int:
-    """Restore the original class of every module :func:`patch` changed; returns how many."""
+    """Restore the original class of every module :func:`patch` changed; returns how many.
+
+    Raises:
+        UnsupportedNormError: a patched module's class was subclassed since by another library
+            (FSDP2's ``fully_shard``, ``torch.nn.utils.parametrize``), so the kernel subclass is
+            no longer its own class and cannot be swapped back. Raised, naming every such
+            module, before any module is changed: unpatch before wrapping the model.
+    """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (got {type(model).__name__})")
+    hidden = [
+        f"'{path}' ({type(m).__qualname__})"
+        for path, m in model.named_modules()
+        if is_patched(m) and not _is_patched(m)
+    ]
+    if hidden:
+        raise UnsupportedNormError(
+            f"unpatch: {len(hidden)} patched module(s) had their class subclassed since by "
+            f"another library, which hides the patch: {', '.join(hidden)}; unpatch before "
+            "wrapping the model (fully_shard, parametrizations), or build it again"
+        )
     count = 0
     for module in model.modules():
         if _is_patched(module):
