@@ -63,6 +63,24 @@ def test_an_unknown_key_is_blamed_on_its_own_override_not_on_a_prefix_of_it(
     )
 
 
+@pytest.mark.parametrize(
+    "overrides,blamed",
+    [(["norm=reference", "norm=trition"], "norm=trition"), (["debug=nope", "norm=triton"], None)],
+)
+def test_of_two_overrides_of_one_key_the_bad_one_is_blamed(
+    overrides, blamed, tmp_path, monkeypatch, capsys
+):
+    """``norm=reference norm=trition``: the message blamed ``norm=reference`` (the first
+    override of the key Hydra's text names), not the one whose value it could not find."""
+    monkeypatch.chdir(tmp_path)
+    bad = blamed or overrides[0]
+    with pytest.raises(SystemExit) as refused:
+        main(overrides if blamed else [overrides[1], "debug=cpu_small", bad])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.startswith(f"error: override '{bad}'")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 @pytest.mark.parametrize("override,message", REFUSED, ids=[o for o, _ in REFUSED])
 def test_the_command_refuses_a_bad_setting_in_one_line_with_exit_2(
     override, message, tmp_path, monkeypatch, capsys

@@ -40,16 +40,27 @@ _REFUSED_KEY = re.compile(r"Could not override '([^']+)'|full_key: (\S+)")
 def override_culprit(overrides, text: str) -> str | None:
     """The override a Hydra composition error ``text`` is about: the one whose key it names
     (``norm.eps=-1``, not ``norm=triton``, whose key ``norm`` is only a prefix); else the one
-    with the longest key found in ``text``; None when none is."""
+    with the longest key found in ``text``; None when none is. Of several overrides of that key
+    (``norm=reference norm=trition``), the one whose value ``text`` names, else the last (the
+    one Hydra keeps)."""
     keys = {o: o.split("=", 1)[0].lstrip("+~") for o in overrides}
     named = _REFUSED_KEY.search(text)
     if named:
         key = named.group(1) or named.group(2)
         exact = [o for o, k in keys.items() if k == key]
         if exact:
-            return exact[0]
+            return _of_same_key(exact, text)
     found = [o for o, k in keys.items() if k and k in text]
-    return max(found, key=lambda o: len(keys[o])) if found else None
+    if not found:
+        return None
+    key = keys[max(found, key=lambda o: len(keys[o]))]
+    return _of_same_key([o for o in found if keys[o] == key], text)
+
+
+def _of_same_key(candidates: list[str], text: str) -> str:
+    """Of overrides of one key, the one whose (non-empty) value ``text`` names, else the last."""
+    valued = [o for o in candidates if (v := o.partition("=")[2]) and v in text]
+    return (valued or candidates)[-1]
 
 
 def _get(cfg: Any, key: str) -> tuple[bool, Any]:
