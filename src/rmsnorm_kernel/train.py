@@ -29,6 +29,7 @@ from omegaconf import DictConfig, open_dict
 from rmsnorm_kernel.experiment.core.callbacks import ExportFailed
 from rmsnorm_kernel.experiment.core.run import train
 from rmsnorm_kernel.experiment.core.settings import (
+    COMMAND_SET_GROUPS,
     SettingsError,
     check_train_config,
     override_culprit,
@@ -52,6 +53,12 @@ def _one_line(override: str, error: Exception) -> str:
     text = " ".join(str(error).split())
     if "Could not override" in text or "not in struct" in text:
         key = override.split("=", 1)[0]
+        group = key.lstrip("+~").split(".", 1)[0]
+        if group in COMMAND_SET_GROUPS:  # listed by train --help (conf/ is shared), not training's
+            return (
+                f"override {override!r}: {group} is a command-set config "
+                f"({COMMAND_SET_GROUPS[group]}); training takes none"
+            )
         return f"override {override!r}: no key {key!r} in the config (a new key needs +{override})"
     return f"override {override!r}: {text}"
 

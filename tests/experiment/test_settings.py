@@ -30,6 +30,16 @@ REFUSED = [
         ".safetensors file (got 'nowhere.ckpt')",
     ),
     ("foo=1", "override 'foo=1': no key 'foo' in the config (a new key needs +foo=1)"),
+    (  # the command set's groups show in train --help (conf/ is shared) but are not training's
+        "benchmark=quick",
+        "override 'benchmark=quick': benchmark is a command-set config (python -m "
+        "rmsnorm_kernel.cli bench); training takes none",
+    ),
+    (  # +group= would compose, and only change the config's hash (the checkpoint's name)
+        "+exercise=default",
+        "exercise is a command-set config (python -m rmsnorm_kernel.cli exercise); training "
+        "takes none: drop +exercise=...",
+    ),
     (
         "garbage",
         "override 'garbage' must be key=value, +key=value or ~key (Hydra: missing "

@@ -236,6 +236,15 @@ def _throughput_warmup(cfg: Any) -> None:
         )
 
 
+#: The command set's config groups (``conf/cli.yaml``), which share ``conf/`` with training's and
+#: so show in ``train --help``: ``{group: the commands that read it}``.
+COMMAND_SET_GROUPS = {
+    "benchmark": "python -m rmsnorm_kernel.cli bench",
+    "campaign": "python -m rmsnorm_kernel.cli check-forward / check-backward / check-weight",
+    "exercise": "python -m rmsnorm_kernel.cli exercise",
+}
+
+
 def check_train_config(
     cfg: Any,
     paths: bool = True,
@@ -257,6 +266,12 @@ def check_train_config(
 
     Raises :class:`SettingsError` with one line naming the key, the rule and the value.
     """
+    for group, command in COMMAND_SET_GROUPS.items():
+        if _get(cfg, group)[0]:  # ``+benchmark=quick``: would only change the config's hash
+            raise SettingsError(
+                f"{group} is a command-set config ({command}); training takes none: drop "
+                f"+{group}=..."
+            )
     _integer(cfg, "seed", 0, MAX_SEED, optional=False)
     for key in ("train", "test"):  # `train=no` is the string "no", which is true
         present, value = _get(cfg, key)
