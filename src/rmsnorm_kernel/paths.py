@@ -23,3 +23,23 @@ def config_dir() -> Path:
             "package editable from the repository (`pip install -e .`)"
         )
     return CONFIG_DIR
+
+
+def inside_checkout_below_root(cwd: Path | None = None) -> Path | None:
+    """The working directory when it lies inside this checkout but is not its root (``src/``,
+    ``tests/``...), else None. Runs write ``outputs/`` and ``checkpoints/`` relative to the
+    working directory, so from there they would land inside the repository's tracked tree,
+    where ``.gitignore`` and ``clean`` do not look."""
+    here = Path.cwd() if cwd is None else Path(cwd)
+    here, root = here.resolve(), REPO_ROOT.resolve()
+    if here != root and root in here.parents and (root / "pyproject.toml").is_file():
+        return here
+    return None
+
+
+def below_root_message(here: Path) -> str:
+    """The refusal for :func:`inside_checkout_below_root`."""
+    return (
+        f"working directory {here} is inside the repository but not its root: outputs/ and "
+        f"checkpoints/ would be written there; run from the project root {REPO_ROOT.resolve()}"
+    )

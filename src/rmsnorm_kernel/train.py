@@ -34,7 +34,7 @@ from rmsnorm_kernel.experiment.core.settings import (
     check_train_config,
     override_culprit,
 )
-from rmsnorm_kernel.paths import CONFIG_DIR
+from rmsnorm_kernel.paths import CONFIG_DIR, below_root_message, inside_checkout_below_root
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> Any:
     informational = args.help or args.hydra_help or args.info or args.cfg or args.shell_completion
     # unparsed: e.g. overrides after an option (`a=1 --multirun b=2`), which Hydra refuses with
     # its usage line; checking only the overrides before it would name the wrong cause.
+    if not informational and (here := inside_checkout_below_root()) is not None:
+        raise refuse(below_root_message(here))
     if not informational and args.config_path is None and not unparsed:
         try:
             precheck(args.overrides, args.config_name or CONFIG_NAME, multirun=args.multirun)

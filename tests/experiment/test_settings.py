@@ -173,3 +173,18 @@ def test_the_command_sets_config_errors_are_one_line(overrides, message):
         except Exception as e:  # noqa: BLE001 - Hydra's composition errors
             raise compose_error(overrides, e) from e
     assert str(refused.value) == message
+
+
+def test_a_run_from_inside_the_repository_below_its_root_is_refused(monkeypatch, capsys):
+    """From ``src/`` (or ``tests/``...), outputs/ and checkpoints/ would land inside the tracked
+    tree, where .gitignore and ``clean`` do not look: refused, naming the project root."""
+    from rmsnorm_kernel.paths import REPO_ROOT
+
+    below = REPO_ROOT / "src"
+    monkeypatch.chdir(below)
+    before = sorted(p.name for p in below.iterdir())
+    with pytest.raises(SystemExit) as refused:
+        main(["debug=cpu_small", "trainer.max_steps=1"])
+    assert refused.value.code == 2
+    assert f"run from the project root {REPO_ROOT.resolve()}" in capsys.readouterr().err
+    assert sorted(p.name for p in below.iterdir()) == before  # nothing written
