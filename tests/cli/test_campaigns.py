@@ -150,3 +150,40 @@ def test_check_gamma_is_check_weight(tmp_path, smoke_checks):
     )
     assert old["command"] == "check-weight" and old["quantity"] == "dweight"
     assert [c["max_abs_err"] for c in old["cases"]] == [c["max_abs_err"] for c in new["cases"]]
+
+
+@pytest.mark.parametrize(
+    "command,override,message",
+    [
+        # campaign.eps: the kernel's rule, up front (each case raised ContractValueError instead,
+        # and the command exited 1 after overwriting its JSON)
+        ("check-forward", "campaign.eps=0", "campaign.eps must be a finite number > 0"),
+        ("check-backward", "campaign.eps=-1", "campaign.eps must be a finite number > 0"),
+        ("check-weight", "campaign.eps=abc", "campaign.eps must be a finite number > 0"),
+        ("check-gamma", "campaign.eps=1e-40", "campaign.eps must be a finite number > 0"),
+        ("check-forward", "campaign.eps=1e39", "campaign.eps must be a finite number > 0"),
+        ("check-forward", "campaign.eps=true", "campaign.eps must be a finite number > 0"),
+        ("reference", "campaign.eps=0", "campaign.eps must be a finite number > 0"),
+        # an empty grid list: "FAIL ... 0 of 0 cases" with a JSON report
+        ("check-forward", "campaign.grids=[]", "campaign.grids must name at least one grid"),
+        ("check-weight", "campaign.grids=smoke", "campaign.grids must be a list of grid names"),
+    ],
+)
+def test_bad_eps_or_empty_grids_refused_up_front(tmp_path, capsys, command, override, message):
+    """Exit 2 naming the key and the rule before any case runs, and nothing written (the smoke
+    grid first, so a command that wrongly runs stays quick)."""
+    out = tmp_path / "out"
+    assert run_cli(command, "campaign.grids=[smoke]", override, f"campaign.out_dir={out}") == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "command", ["check-forward", "check-backward", "check-weight", "reference"]
+)
+def test_empty_out_dir_is_refused(tmp_path, monkeypatch, capsys, command):
+    """``campaign.out_dir=`` wrote the report into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli(command, "campaign.grids=[smoke]", "campaign.out_dir=") == 2
+    assert "campaign.out_dir must be a non-empty directory path" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -59,3 +59,30 @@ def test_a_surviving_mutant_fails_the_exercise(tmp_path):
     )
     assert code == 1
     assert read_json(tmp_path / "exercise.json")["survivors"] == [1]
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        # "PASS exercise: 0/0 mutants killed": a pass with nothing tested
+        ("exercise.mutants=[]", "exercise.mutants must name at least one mutant"),
+        ("exercise.grids=[]", "exercise.grids must name at least one grid"),
+        ("exercise.grids=smoke", "exercise.grids must be a list of grid names"),
+        ("campaign.eps=0", "campaign.eps must be a finite number > 0"),
+        ("campaign.eps=nan", "campaign.eps must be a finite number > 0"),
+    ],
+)
+def test_vacuous_or_bad_config_is_refused_up_front(tmp_path, capsys, override, message):
+    """Exit 2 naming the key and the rule before anything runs, and nothing written."""
+    out = tmp_path / "out"
+    assert run_cli("exercise", "exercise.grids=[smoke]", override, f"exercise.out_dir={out}") == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_empty_out_dir_is_refused(tmp_path, monkeypatch, capsys):
+    """``exercise.out_dir=`` wrote exercise.json into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("exercise", "exercise.grids=[smoke]", "exercise.out_dir=") == 2
+    assert "exercise.out_dir must be a non-empty directory path" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

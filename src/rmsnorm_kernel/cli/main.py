@@ -172,7 +172,8 @@ def _run(cmd: str, cfg, console) -> int:
     if cmd == "reference":
         from rmsnorm_kernel.cli.campaigns.reference_check import run_reference
 
-        return run_reference(cfg, Path(cfg.campaign.out_dir), console)
+        # An empty campaign.out_dir= would write oracle.json into the current directory.
+        return run_reference(cfg, writable_dir(cfg.campaign.out_dir, "campaign.out_dir"), console)
     if cmd == "data":
         from rmsnorm_kernel.cli.data import run_data
 

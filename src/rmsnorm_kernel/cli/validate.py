@@ -67,6 +67,38 @@ def count(value, key: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def eps(value, key: str) -> float:
+    """``value`` as the kernels' eps (the rule ``rmsnorm`` applies, :mod:`rmsnorm_kernel.contract`):
+    a finite number > 0 that fits in float32, at least float32's smallest normal value (the
+    kernels add it in float32, where a smaller one is 0 or subnormal)."""
+    from rmsnorm_kernel.contract import FLOAT32_MAX, FLOAT32_TINY
+
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not FLOAT32_TINY <= value <= FLOAT32_MAX  # also refuses nan
+    ):
+        raise ConfigError(
+            f"{key} must be a finite number > 0 that fits in float32, in "
+            f"[{FLOAT32_TINY:.5g}, {FLOAT32_MAX:.4g}] (got {value!r})"
+        )
+    return float(value)
+
+
+def names(value, key: str, what: str) -> list[str]:
+    """``value`` as a non-empty list of names (an empty one makes the command vacuous: a pass,
+    or a fail, with nothing tested)."""
+    from omegaconf import OmegaConf
+
+    items = list(value) if OmegaConf.is_list(value) or isinstance(value, list | tuple) else None
+    if items is None or any(not isinstance(item, str) for item in items):
+        shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        raise ConfigError(f"{key} must be a list of {what} names (got {shown!r})")
+    if not items:
+        raise ConfigError(f"{key} must name at least one {what} (got [])")
+    return items
+
+
 def choice(value, key: str, allowed) -> str:
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {list(allowed)} (got {value!r})")

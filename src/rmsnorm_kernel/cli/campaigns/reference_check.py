@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rmsnorm_kernel.cli.common import DTYPES, Tolerances, read_tolerances
+from rmsnorm_kernel.cli.validate import eps as check_eps
 from rmsnorm_kernel.reference import manual_backward, rmsnorm_reference
 
 GRADCHECK_SHAPES = [(5, 16), (3, 257)]  # a power of two and the tutorial's odd width
@@ -77,7 +78,7 @@ def check_oracle(tolerances: Tolerances, eps: float = 1e-6, seed: int = 0) -> li
 
 def run_reference(cfg, out_dir: Path, console: Console | None = None) -> int:
     console = console or Console()
-    eps = float(cfg.campaign.eps)
+    eps = check_eps(cfg.campaign.eps, "campaign.eps")  # the campaigns' eps: the kernels' rule
     rows = check_oracle(read_tolerances(cfg.campaign.tolerances), eps)
     table = Table(title="reference: the float64 oracle")
     for col in ("check", "shape", "dtype", "max abs diff", "result"):

@@ -23,6 +23,7 @@ from rmsnorm_kernel.cli.common import (
     read_tolerances,
     write_json,
 )
+from rmsnorm_kernel.cli.validate import ConfigError, eps, names, writable_dir
 
 
 def case_row(res: CaseResult, quantity: str) -> dict:
@@ -88,6 +89,16 @@ def select_cases(ccfg: Mapping, grids: Sequence[str] | None = None) -> list[Case
     return build_cases(ccfg["catalogue"], grids if grids is not None else ccfg["grids"])
 
 
+def check_grids(catalogue: Mapping, grids, key: str) -> list[Case]:
+    """The cases of ``grids`` (``key``: a non-empty list of catalogue grids that holds at least
+    one case); :class:`ConfigError` naming ``key`` otherwise, before anything runs."""
+    grids = names(grids, key, "grid")
+    cases = build_cases(catalogue, grids)
+    if not cases:
+        raise ConfigError(f"{key} must select at least one case (grids {grids} hold none)")
+    return cases
+
+
 def run_campaign(
     command: str,
     ccfg: Mapping,
@@ -98,7 +109,11 @@ def run_campaign(
     console: Console | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict:
-    """Run one campaign from its config (``cfg.campaign``); returns the JSON payload."""
+    """Run one campaign from its config (``cfg.campaign``); returns the JSON payload.
+
+    Every key is checked before any case runs (:class:`ConfigError` naming the key): tolerances,
+    ``eps`` (the kernels' rule), ``grids`` (at least one case) and ``out_dir`` (a writable
+    directory; ``out_dir``, when given, in its place)."""
     from rmsnorm_kernel.backend import BACKEND, kernel_device
 
     if impl is None:
@@ -107,12 +122,15 @@ def run_campaign(
     console = console or Console()
     quantity = QUANTITY_OF[command]
     tolerances = read_tolerances(ccfg["tolerances"])  # checked before any output exists
+    eps_value = eps(ccfg["eps"], "campaign.eps")
     ratio_limits = read_ratio_limits(ccfg.get("ratio_limit"))
     gate_backends = list(ccfg.get("ratio_gate_backends") or [BACKEND])
     ratio_gated = BACKEND in gate_backends
     if not ratio_gated:
         ratio_limits = {}
-    cases = select_cases(ccfg)
+    cases = check_grids(ccfg["catalogue"], ccfg["grids"], "campaign.grids")
+    # an empty campaign.out_dir= would write into the current directory
+    out_dir = writable_dir(ccfg["out_dir"] if out_dir is None else out_dir, "campaign.out_dir")
     rows = []
     for i, case in enumerate(cases, 1):
         if case.requires == "cuda" and BACKEND != "cuda":
@@ -126,7 +144,7 @@ def run_campaign(
                 case,
                 impl,
                 [quantity],
-                eps=float(ccfg["eps"]),
+                eps=eps_value,
                 seed=int(ccfg["seed"]),
                 device=device,
                 tolerances=tolerances,
@@ -145,14 +163,13 @@ def run_campaign(
         "failed": sum(r["status"] in ("fail", "error") for r in rows),
         "skipped": sum(r["status"] == "skipped" for r in rows),
     }
-    out_dir = Path(out_dir or ccfg["out_dir"])
     path = out_dir / f"{command}.json"
     payload = {
         "command": command,
         "quantity": quantity,
         "implementation": getattr(impl, "__name__", repr(impl)),
         "environment": environment(),
-        "eps": float(ccfg["eps"]),
+        "eps": eps_value,
         "seed": int(ccfg["seed"]),
         "grids": list(ccfg["grids"]),
         "tolerances": tolerances,

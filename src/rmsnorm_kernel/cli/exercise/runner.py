@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from rmsnorm_kernel.cli.campaigns.cases import build_cases
 from rmsnorm_kernel.cli.campaigns.evaluate import evaluate_case
+from rmsnorm_kernel.cli.campaigns.runner import check_grids
 from rmsnorm_kernel.cli.common import Tolerances, environment, fmt, read_tolerances, write_json
 from rmsnorm_kernel.cli.exercise.mutants import MUTANTS, mutant_rmsnorm
-from rmsnorm_kernel.cli.validate import ConfigError, count, number
+from rmsnorm_kernel.cli.validate import ConfigError, count, eps, number, writable_dir
 
 QUANTITIES = ("y", "dx", "dweight")
 CAMPAIGN_OF = {"y": "check-forward", "dx": "check-backward", "dweight": "check-weight"}
@@ -54,7 +53,8 @@ def block_demo(demo: Mapping, device) -> dict:
 def hunt(
     mutation: int, cases, ccfg: Mapping, tolerances: Tolerances, device, stop_at_first: bool
 ) -> dict:
-    """Run the campaign checks on one mutant; returns its record."""
+    """Run the campaign checks on one mutant; returns its record (``ccfg["eps"]`` checked by
+    the caller: :func:`run_exercise`)."""
     impl = mutant_rmsnorm(mutation)
     record = {
         "id": mutation,
@@ -96,8 +96,9 @@ def hunt(
 
 def check_exercise_config(ecfg) -> list[int]:
     """The exercise's own keys against their rules (:class:`ConfigError` naming the key) before
-    anything runs: ``mutants`` a list of known ids, ``control`` a bool, ``block_demo``'s widths
-    integers >= 1 and its figures finite numbers. Returns the mutant ids."""
+    anything runs: ``mutants`` a non-empty list of known ids (none would be a pass with nothing
+    tested), ``control`` a bool, ``block_demo``'s widths integers >= 1 and its figures finite
+    numbers. Returns the mutant ids."""
     ids = sorted(set(MUTANTS) - {0})
     raw = ecfg["mutants"]
     items = list(raw) if OmegaConf.is_list(raw) or isinstance(raw, list | tuple) else None
@@ -106,6 +107,8 @@ def check_exercise_config(ecfg) -> list[int]:
         raise ConfigError(
             f"exercise.mutants must be a list of mutant ids from {ids} (got {shown!r})"
         )
+    if not items:
+        raise ConfigError(f"exercise.mutants must name at least one mutant from {ids} (got [])")
     unknown = [m for m in items if m not in MUTANTS or m == 0]
     if unknown:
         raise ConfigError(
@@ -128,16 +131,23 @@ def run_exercise(cfg, console: Console | None = None) -> int:
 
     console = console or Console()
     ecfg, ccfg = cfg.exercise, cfg.campaign
+    # Every key is checked before anything runs or is written (ConfigError: exit 2).
     tolerances = read_tolerances(ccfg["tolerances"])
+    eps(ccfg["eps"], "campaign.eps")  # the mutants' checks run with the campaign's eps
     mutants = check_exercise_config(ecfg)
-    device = kernel_device()
-    cases = [c for c in build_cases(ccfg["catalogue"], ecfg["grids"]) if c.tutorial_contract]
+    cases = [
+        c
+        for c in check_grids(ccfg["catalogue"], ecfg["grids"], "exercise.grids")
+        if c.tutorial_contract
+    ]
     if not cases:
-        console.print(
-            "[red]error:[/red] the exercise needs tutorial-contract cases "
-            "(2-D contiguous fp32/fp16, N <= 4096)"
+        raise ConfigError(
+            f"exercise.grids must hold tutorial-contract cases (2-D contiguous fp32/fp16, "
+            f"N <= 4096); {list(ecfg['grids'])} hold none"
         )
-        return 2
+    # an empty exercise.out_dir= would write exercise.json into the current directory
+    out_dir = writable_dir(ecfg.get("out_dir", "outputs/exercise"), "exercise.out_dir")
+    device = kernel_device()
 
     demo = block_demo(ecfg["block_demo"], device)
     table = Table(title="The tutorial's exercise: a row of N ones, weight = 1, eps = 1e-6")
@@ -206,7 +216,6 @@ def run_exercise(cfg, console: Console | None = None) -> int:
 
     survivors = [r for r in records if r["id"] != 0 and not r["killed"]]
     ok = demo["passed"] and control_ok and not survivors
-    out_dir = Path(ecfg.get("out_dir", "outputs/exercise"))
     path = write_json(
         {
             "command": "exercise",
