@@ -121,3 +121,17 @@ def test_override_culprit_reads_the_key_hydra_names():
     assert override_culprit(overrides, "Key 'x' is not in struct full_key: seed") == "seed=3"
     assert override_culprit(["a=1", "ab.c=2"], "something about ab.c") == "ab.c=2"  # longest
     assert override_culprit(["a=1"], "nothing here") is None
+
+
+@pytest.mark.parametrize("command", ["check-forward", "reference", "exercise"])
+def test_a_command_run_below_the_repository_root_is_refused(command, monkeypatch, capsys):
+    """From ``src/`` the configs' relative out dirs (``outputs/...``) would land inside the
+    tracked tree: exit 2 naming the project root, nothing written."""
+    from rmsnorm_kernel.paths import REPO_ROOT
+
+    below = REPO_ROOT / "src"
+    monkeypatch.chdir(below)
+    before = sorted(p.name for p in below.iterdir())
+    assert main([command, "campaign.grids=[smoke]"]) == 2
+    assert f"run from the project root {REPO_ROOT.resolve()}" in capsys.readouterr().err
+    assert sorted(p.name for p in below.iterdir()) == before

@@ -149,7 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         compose_error,
         report_error,
     )
+    from rmsnorm_kernel.paths import below_root_message, inside_checkout_below_root
 
+    if (here := inside_checkout_below_root()) is not None:  # outputs/ would land in the tree
+        return report_error(ConfigError(below_root_message(here)))
     overrides = list(args.overrides)
     if cmd in PRESETS:
         overrides.insert(0, PRESETS[cmd])
