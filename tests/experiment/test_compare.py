@@ -201,9 +201,34 @@ def test_compare_command_rejudges_a_sweep_with_its_own_config(trained_pair, tmp_
     out = capsys.readouterr().out.strip().splitlines()
     assert "PASSED" in out and out[-1] == str(sweep / "comparison.json")
     assert cli(["compare", str(sweep), "compare.initial_error_tolerance=0"]) == 1
-    assert json.loads((sweep / "comparison.json").read_text())["passed"] is False
+    assert json.loads((sweep / "comparison_rejudged.json").read_text())["passed"] is False
     assert cli(["compare", str(sweep), "compare.initial_error_tolerance=-1"]) == 2
     assert cli(["compare", str(sweep), "compare.nope=1"]) == 2
+
+
+def test_compare_command_with_overrides_keeps_the_sweeps_own_verdict(
+    trained_pair, tmp_path, capsys
+):
+    """Judged again with other tolerances, a sweep keeps the comparison.json and PNG written when
+    it ran; the new verdict goes beside them, with _rejudged in its names."""
+    sweep = _sweep(trained_pair, tmp_path)
+    compare = OmegaConf.to_yaml(OmegaConf.create({"compare": compose_cfg(small=False).compare}))
+    (sweep / "multirun.yaml").write_text(compare)
+    assert cli(["compare", str(sweep)]) == 0  # the sweep's own verdict, as at its end
+    original = (sweep / "comparison.json").read_bytes()
+    figure = (sweep / "loss_curves.png").read_bytes()
+    capsys.readouterr()
+    assert cli(["compare", str(sweep), "compare.initial_error_tolerance=0"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == str(sweep / "comparison_rejudged.json")
+    assert f"curves: {sweep / 'loss_curves_rejudged.png'}" in out
+    assert (sweep / "comparison.json").read_bytes() == original
+    assert json.loads(original)["passed"] is True
+    assert (sweep / "loss_curves.png").read_bytes() == figure
+    rejudged = json.loads((sweep / "comparison_rejudged.json").read_text())
+    assert rejudged["passed"] is False and rejudged["tolerances"]["initial_error"] == 0
+    assert rejudged["comparison"] == str(sweep / "comparison_rejudged.json")
+    assert (sweep / "loss_curves_rejudged.png").stat().st_size > 10_000
 
 
 def _one_run_sweep(run_dir: Path, dst: Path, **changes) -> Path:
@@ -279,3 +304,67 @@ def test_each_group_is_judged_with_its_runs_own_compare_config(trained_pair, tmp
     _save_compare(runs[1], dict(settings, delta_metric_tolerance=0.25))
     with pytest.raises(ComparisonError, match="different compare sections"):
         compare_runs(runs, tmp_path / "out2", sweep_level, per_run=True)
+
+
+def test_equivalence_refuses_a_first_sweep_of_one_process_or_equal_world_sizes(
+    trained_pair, tmp_path, capsys
+):
+    """Two one-process sweeps used to print "1 vs 1 processes ... PASSED": the first sweep must
+    be the DDP one (world_size > 1) and the second must differ from it; exit 2 before writing."""
+    ref = Path(trained_pair["reference"]["output_dir"])
+    assert trained_pair["reference"]["world_size"] == 1
+    one_a = _one_run_sweep(ref, tmp_path / "one_a")
+    one_b = _one_run_sweep(ref, tmp_path / "one_b")
+    ddp = _one_run_sweep(ref, tmp_path / "ddp", world_size=2)
+    ddp_too = _one_run_sweep(ref, tmp_path / "ddp_too", world_size=2)
+    out = tmp_path / "equivalence.json"
+    for first, second, names in (
+        (one_a, one_b, ("ddp_sweep", "world_size > 1", "world_size 1")),
+        (one_a, ddp, ("ddp_sweep", "world_size > 1", "world_size 1")),  # arguments swapped
+        (ddp, ddp_too, ("single_sweep", "another world size", "world_size 2 in both")),
+    ):
+        assert cli(["equivalence", str(first), str(second), "--out", str(out)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and not out.exists()
+        (line,) = captured.err.strip().splitlines()
+        assert line.startswith("error: ") and all(n in line for n in names), line
+    assert cli(["equivalence", str(ddp), str(one_a), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["pairs"][0]["world_size"] == [2, 1]
+
+
+def _launched_from(run: Path, cwd: Path) -> None:
+    """What Hydra saves with a run: the directory it was launched from."""
+    (run / ".hydra").mkdir(exist_ok=True)
+    hydra = {"hydra": {"runtime": {"cwd": str(cwd)}}}
+    OmegaConf.save(OmegaConf.create(hydra), run / ".hydra" / "hydra.yaml")
+
+
+def test_equivalence_reads_a_relative_checkpoint_from_the_launch_dir(
+    trained_pair, tmp_path, monkeypatch, capsys
+):
+    """metrics.json records the export relative to where the sweep was launched (the default
+    paths.checkpoint_dir=checkpoints); from another directory it is found through the launch
+    dir Hydra saved (hydra.runtime.cwd), else the error names the run and every path tried."""
+    ref = Path(trained_pair["reference"]["output_dir"])
+    checkpoint = Path(trained_pair["reference"]["checkpoint"])
+    launch = checkpoint.parent.parent  # the runs wrote <launch>/ckpt/<file>
+    relative = str(checkpoint.relative_to(launch))
+    ddp = _one_run_sweep(ref, tmp_path / "ddp", world_size=2, checkpoint=relative)
+    single = _one_run_sweep(ref, tmp_path / "single", checkpoint=relative)
+    for sweep in (ddp, single):
+        _launched_from(sweep / "0_run", launch)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert not Path(relative).exists()
+    out = tmp_path / "equivalence.json"
+    assert cli(["equivalence", str(ddp), str(single), "--out", str(out)]) == 0
+    (pair,) = json.loads(out.read_text())["pairs"]
+    assert pair["weight_max_abs"] == 0.0 and pair["passed"] is True
+    capsys.readouterr()
+
+    _launched_from(ddp / "0_run", tmp_path / "gone")  # launched from a dir since removed
+    assert cli(["equivalence", str(ddp), str(single)]) == 1
+    err = capsys.readouterr().err
+    assert f"run {ddp / '0_run'}: its checkpoint {relative}" in err
+    assert str(tmp_path / "gone" / relative) in err and str(elsewhere / relative) in err

@@ -14,12 +14,18 @@
     ``compare.checks=[metric_delta,curve] compare.curve_tolerance=1e-4``). Exit 1 when a check
     fails or the sweep is incomplete: every job its ``multirun.yaml`` records must have written
     ``metrics.json`` (a crashed or unfinished job is named), else nothing is judged or written.
-    A sweep moved or copied since it ran is read from where it is now.
+    A sweep moved or copied since it ran is read from where it is now. Without overrides it
+    writes ``comparison.json`` (and the PNG) again, the same verdict; with overrides the files
+    are ``comparison_rejudged.json``, ``loss_curves_rejudged.png`` (and
+    ``lm_comparison_rejudged.json``): the verdict the sweep wrote when it ran is kept.
 
 A bad argument, override or tolerance stops the command with exit code 2 and one line on stderr
 (``error: ...``, naming it and the rule) before it reads any run: a sweep dir that does not exist,
 is a file, holds no ``multirun.yaml``, or is one run's dir (its sweep dir is named); for
-``equivalence`` the same sweep dir twice (a sweep always equals itself).
+``equivalence`` the same sweep dir twice (a sweep always equals itself). ``equivalence`` also
+exits 2, once it has read the runs' ``metrics.json`` and before it writes anything, when a run of
+the first sweep (the DDP side) has ``world_size`` 1 or a norm ran with the same world size in
+both sweeps (:func:`~rmsnorm_kernel.experiment.analysis.equivalence.check_world_sizes`).
 """
 
 from __future__ import annotations
@@ -72,7 +78,8 @@ def add_parsers(sub) -> None:
         default=[],
         metavar="compare.KEY=VALUE",
         help="optional overrides of the sweep's compare config, e.g. "
-        "compare.initial_error_tolerance=0",
+        "compare.initial_error_tolerance=0 (then written to comparison_rejudged.json, "
+        "keeping the sweep's comparison.json)",
     )
 
 
@@ -177,7 +184,7 @@ def run(args: argparse.Namespace, console) -> int:
     from rmsnorm_kernel.cli.validate import report_error
     from rmsnorm_kernel.experiment.analysis import ComparisonError, compare_runs, sweep_runs
     from rmsnorm_kernel.experiment.analysis.equivalence import compare_sweeps, format_pairs
-    from rmsnorm_kernel.experiment.analysis.report import format_result
+    from rmsnorm_kernel.experiment.analysis.report import REJUDGED, format_result
     from rmsnorm_kernel.experiment.core.settings import SettingsError
 
     try:
@@ -203,6 +210,8 @@ def run(args: argparse.Namespace, console) -> int:
                 settings,
                 per_run=True,  # each group by its runs' own config, as at the sweep's end
                 adjust=lambda c: apply_compare_overrides(c, args.overrides),
+                # Other settings, another verdict: beside the sweep's own, which stays.
+                suffix=REJUDGED if args.overrides else "",
             )
             print(format_result(result))
     except (ConfigError, SettingsError) as exc:

@@ -7,7 +7,8 @@ equivalence (:mod:`.equivalence`). Curves come from the TensorBoard event files 
 A sweep is compared whole or not at all: :func:`sweep_runs` checks the job dirs against the jobs
 the sweep's ``multirun.yaml`` records (a job that crashed or has not finished has no
 ``metrics.json``) and names every missing one. Paths a run recorded (its log dir, its export) are
-read from the run's own dir when the sweep was moved or copied (:func:`recorded_path`).
+read from the run's own dir when the sweep was moved or copied, and a relative one from the
+directory the run was launched from (:func:`recorded_path`).
 
 The run's checks already ran inside it (the callbacks fail the run otherwise), so what
 ``metrics.json`` records is taken as measured; nothing here re-derives it.
@@ -206,14 +207,33 @@ def saved_compare(run_dir: Path) -> dict[str, Any] | None:
     return OmegaConf.to_container(cfg.compare, resolve=True)
 
 
+def launch_dir(run_dir: Path) -> Path | None:
+    """The directory the run was launched from (Hydra's ``hydra.runtime.cwd``, saved in the run's
+    ``.hydra/hydra.yaml``), or None when the run saved none or it cannot be read."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(run_dir) / ".hydra" / "hydra.yaml"
+    if not path.is_file():
+        return None
+    try:
+        cwd = OmegaConf.select(OmegaConf.load(path), "hydra.runtime.cwd", default=None)
+    except (OmegaConfBaseException, ValueError, OSError):  # yaml errors are ValueErrors
+        return None
+    return Path(str(cwd)) if cwd else None
+
+
 def recorded_path(run_dir: Path, metrics: dict[str, Any], key: str) -> Path | None:
     """The path ``metrics.json`` records under ``key`` (``log_dir``, ``checkpoint``), read from
     the run's own dir when the run was moved or copied since; None when it records none.
 
     A recorded path inside the run's recorded ``output_dir`` (or under a dir of the run dir's
     name: ``.../<sweep>/1_triton/tensorboard/...``) is taken from ``run_dir`` when it is there,
-    so a copied sweep reads its own files, not the original's. Otherwise the recorded path as
-    written. Raises :class:`ComparisonError` naming both places when neither exists.
+    so a copied sweep reads its own files, not the original's. A relative path (the export under
+    ``paths.checkpoint_dir=checkpoints``) was written relative to the directory the run was
+    launched from: it is looked up there (:func:`launch_dir`), then relative to the current
+    directory. Raises :class:`ComparisonError` naming the run and every place tried when none
+    exists.
     """
     value = metrics.get(key)
     if not value:
@@ -229,12 +249,22 @@ def recorded_path(run_dir: Path, metrics: dict[str, Any], key: str) -> Path | No
     if run_dir.name in parts[:-1]:
         at = len(parts) - 1 - parts[::-1].index(run_dir.name)  # the last such dir
         tails.append(Path(*parts[at + 1 :]))
-    local = [run_dir / tail for tail in tails]
-    for path in [*local, recorded]:
+    tried = [run_dir / tail for tail in tails]
+    if not recorded.is_absolute():
+        launched = launch_dir(run_dir)
+        if launched is not None:
+            tried.append(launched / recorded)
+        tried.append(Path.cwd() / recorded)
+    else:
+        tried.append(recorded)
+    for path in dict.fromkeys(tried):  # in order, each once
         if path.exists():
             return path
-    where = f" (nor {local[0]} under the run dir)" if local else ""
-    raise ComparisonError(f"{run_dir}: its {key} {recorded} does not exist{where}")
+    where = ", ".join(str(p) for p in dict.fromkeys(tried))
+    raise ComparisonError(
+        f"run {run_dir}: its {key} {recorded} (as its {METRICS_FILE} records it) does not "
+        f"exist; tried {where}"
+    )
 
 
 def load_run(run_dir: Path) -> Run:

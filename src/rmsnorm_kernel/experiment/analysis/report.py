@@ -19,6 +19,11 @@ does): the speed and memory view of the same checks::
               start_memory_gib, device, speed_ratio, memory_ratio, max_curve_delta,
               curve_steps, curve_passed}}}]
     failed, passed (the curve check), report
+
+A sweep judged again with other settings (``python -m rmsnorm_kernel.cli compare SWEEP
+compare.KEY=VALUE``) writes these files with :data:`REJUDGED` in their names
+(``comparison_rejudged.json``, ``loss_curves_rejudged.png``, ``lm_comparison_rejudged.json``):
+the verdict written when the sweep ran stays as it was.
 """
 
 from __future__ import annotations
@@ -36,9 +41,18 @@ from .tolerances import compare_settings
 COMPARISON_FILE = "comparison.json"
 CURVES_FILE = "loss_curves.png"
 REPORT_FILE = "lm_comparison.json"
+#: The suffix of the files of a sweep judged again with overrides (:func:`output_name`).
+REJUDGED = "_rejudged"
 #: Per branch in lm_comparison.json: the throughput check's figures, then the curve check's.
 LM_KEYS = (*PERF, "device", "speed_ratio", "memory_ratio")
 LM_CURVE_KEYS = ("max_curve_delta", "curve_steps", "curve_passed")
+
+
+def output_name(name: str, suffix: str = "") -> str:
+    """``name`` with ``suffix`` before its extension (``comparison.json`` ->
+    ``comparison_rejudged.json``)."""
+    path = Path(name)
+    return f"{path.stem}{suffix}{path.suffix}"
 
 
 def _group_settings(
@@ -67,8 +81,10 @@ def compare_runs(
     settings: Mapping[str, Any],
     per_run: bool = False,
     adjust: Callable[[dict], dict] | None = None,
+    suffix: str = "",
 ) -> dict[str, Any]:
-    """Run the configured checks on every group; write the JSON file(s) and the PNG to ``out_dir``.
+    """Run the configured checks on every group; write the JSON file(s) and the PNG to ``out_dir``
+    (their names with ``suffix`` before the extension: :func:`output_name`).
 
     ``settings`` is the ``compare`` config (checked first). With ``per_run``, each group is
     judged with the compare config its runs were configured with (their saved Hydra config: a
@@ -90,7 +106,10 @@ def compare_runs(
     settings = judged[0]  # the table, PNG and top-level fields: the first group's
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plot_curves(groups, settings, out_dir / CURVES_FILE)
+    curves_path, comparison_path, report_path = (
+        out_dir / output_name(name, suffix) for name in (CURVES_FILE, COMPARISON_FILE, REPORT_FILE)
+    )
+    plot_curves(groups, settings, curves_path)
     failed = [
         f"{describe(g['overrides'])} {c['branch']}: {c['name']} = {c['value']} (limit {c['limit']})"
         for g in results
@@ -107,13 +126,13 @@ def compare_runs(
         "summary": summarize(results, settings),
         "failed": failed,
         "passed": not failed,
-        "curves": str(out_dir / CURVES_FILE),
-        "comparison": str(out_dir / COMPARISON_FILE),
+        "curves": str(curves_path),
+        "comparison": str(comparison_path),
     }
-    (out_dir / COMPARISON_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    comparison_path.write_text(json.dumps(result, indent=2) + "\n")
     if "throughput" in settings["checks"]:
-        lm = lm_report(results, settings, out_dir / REPORT_FILE)
-        (out_dir / REPORT_FILE).write_text(json.dumps(lm, indent=2) + "\n")
+        lm = lm_report(results, settings, report_path)
+        report_path.write_text(json.dumps(lm, indent=2) + "\n")
         result["lm"] = lm  # not in comparison.json: lm_comparison.json holds it
     return result
 
