@@ -71,18 +71,21 @@ def eps(value, key: str) -> float:
     """``value`` as the kernels' eps (the rule ``rmsnorm`` applies, :mod:`rmsnorm_kernel.contract`):
     a finite number > 0 that fits in float32, at least float32's smallest normal value (the
     kernels add it in float32, where a smaller one is 0 or subnormal)."""
-    from rmsnorm_kernel.contract import FLOAT32_MAX, FLOAT32_TINY
+    from rmsnorm_kernel.contract import (
+        FLOAT32_MAX,
+        FLOAT32_TINY,
+        ContractTypeError,
+        ContractValueError,
+        check_real,
+    )
 
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not FLOAT32_TINY <= value <= FLOAT32_MAX  # also refuses nan
-    ):
+    try:
+        return check_real(key, value, positive=True)  # the rule itself: the contract's
+    except (ContractTypeError, ContractValueError) as e:
         raise ConfigError(
             f"{key} must be a finite number > 0 that fits in float32, in "
             f"[{FLOAT32_TINY:.5g}, {FLOAT32_MAX:.4g}] (got {value!r})"
-        )
-    return float(value)
+        ) from e
 
 
 def names(value, key: str, what: str) -> list[str]:

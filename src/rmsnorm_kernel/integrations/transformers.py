@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..contract import FLOAT32_TINY
+from ..contract import FLOAT32_MAX, FLOAT32_TINY
 from ..function import rmsnorm
 from ..module import RMSNorm, rms_norm
 from .fused_residual import DECODER_SOURCES, fused_decoder_forward
@@ -211,7 +211,7 @@ def _check_torch_attributes(path: str, module: nn.Module) -> None:
     if eps is not None and (
         isinstance(eps, bool)
         or not isinstance(eps, numbers.Real)
-        or not (math.isfinite(eps) and abs(eps) <= _FLOAT32_MAX)
+        or not (math.isfinite(eps) and abs(eps) <= FLOAT32_MAX)
     ):
         raise UnsupportedNormError(
             f"{cls} at '{path}': eps must be None or a finite real that fits in float32 "
@@ -402,17 +402,16 @@ def _is_patched(module: nn.Module) -> bool:
     return "_rmsnorm_kernel_original" in type(module).__dict__
 
 
+#: The modules of the drop-in classes (every class there runs the kernels).
+_DROPINS = __name__.rsplit(".", 1)[0] + "."
+
+
 def _is_dropin(module: nn.Module) -> bool:
     """This package's own norms (``rmsnorm_kernel.RMSNorm`` and the Liger / Apex / flash-attn
     drop-ins): they run the kernels already."""
     return isinstance(module, RMSNorm) or type(module).__module__.startswith(_DROPINS)
 
 
-#: The modules of the drop-in classes (every class there runs the kernels).
-_DROPINS = __name__.rsplit(".", 1)[0] + "."
-
-
-_FLOAT32_MAX = torch.finfo(torch.float32).max
 _CALLS_RSQRT: dict[type, bool] = {}
 
 
@@ -447,7 +446,7 @@ def _check_attributes(path: str, module: nn.Module, convention: Convention) -> N
         raise UnsupportedNormError(
             f"{cls} at '{path}': {convention.eps_attr} must be a real number (got {eps!r})"
         )
-    if not (math.isfinite(eps) and FLOAT32_TINY <= eps <= _FLOAT32_MAX):
+    if not (math.isfinite(eps) and FLOAT32_TINY <= eps <= FLOAT32_MAX):
         raise UnsupportedNormError(
             f"{cls} at '{path}': {convention.eps_attr} must be a finite real > 0 that fits in "
             f"float32, as the kernel requires (got {eps!r}; at least {FLOAT32_TINY:.5g}, "

@@ -85,10 +85,6 @@ def summarise(rows: Sequence[dict], tolerances: Mapping) -> dict:
     return summary
 
 
-def select_cases(ccfg: Mapping, grids: Sequence[str] | None = None) -> list[Case]:
-    return build_cases(ccfg["catalogue"], grids if grids is not None else ccfg["grids"])
-
-
 def check_grids(catalogue: Mapping, grids, key: str) -> list[Case]:
     """The cases of ``grids`` (``key``: a non-empty list of catalogue grids that holds at least
     one case); :class:`ConfigError` naming ``key`` otherwise, before anything runs."""
