@@ -327,7 +327,7 @@ def test_the_packages_own_dropins_are_left_as_they_are():
     assert unpatch(model) == 1
 
 
-def test_unpatch_refuses_a_patch_hidden_by_a_later_subclass_and_patch_skips_it():
+def test_unpatch_refuses_a_patch_hidden_by_a_later_subclass_and_patch_skips_it(device):
     """A parametrization (as FSDP2's fully_shard) subclasses the patched class: unpatch cannot
     swap it back, and says so, naming the module, before changing any; a second patch sees it
     as patched."""
@@ -337,12 +337,14 @@ def test_unpatch_refuses_a_patch_hidden_by_a_later_subclass_and_patch_skips_it()
         def forward(self, w):
             return 2 * w
 
-    model = Block(LlamaRMSNorm(8))
+    model = Block(LlamaRMSNorm(8)).to(device)
     assert patch(model) == 2
     parametrize.register_parametrization(model.other, "weight", Double())
     assert is_patched(model.other) and type(model.other).__name__ == "ParametrizedLlamaRMSNorm"
-    x = torch.randn(3, 8)
-    want = rk.rmsnorm_reference(x.double(), 2 * torch.ones(8, dtype=torch.float64), 1e-6)
+    x = torch.randn(3, 8, device=device)
+    want = rk.rmsnorm_reference(
+        x.double(), 2 * torch.ones(8, dtype=torch.float64, device=device), 1e-6
+    )
     torch.testing.assert_close(model.other(x).double(), want, atol=1e-6, rtol=1e-6)
     with pytest.raises(UnsupportedNormError, match=r"unpatch: 1 patched .*'other'"):
         unpatch(model)

@@ -112,9 +112,15 @@ def assert_dweight_within_sum_bound(dw, x, dy, eps=1e-6, rstd=None):
         r = torch.rsqrt(xd.square().mean(-1, keepdim=True) + eps)
     else:
         r = rstd.detach().double()[:, None]
-    terms = dy.double() * xd * r
-    error = (dw.double() - terms.sum(0)).abs()
-    bound = (x.shape[0] + 2) * 2.0**-24 * terms.abs().sum(0)
+    assert_float32_sum_within_bound(dw, dy.double() * xd * r)
+
+
+def assert_float32_sum_within_bound(total, terms):
+    """``total`` (N,), a float32 sum over the M rows of ``terms`` (M, N) float64, against the
+    float64 sum: ``|error| <= (M + 2) * 2**-24 * sum(|terms|)`` (M - 1 additions, and up to two
+    float32 roundings in forming each term)."""
+    error = (total.double() - terms.sum(0)).abs()
+    bound = (terms.shape[0] + 2) * 2.0**-24 * terms.abs().sum(0)
     assert (error <= bound).all(), f"max error/bound {(error / bound).max().item():.3g}"
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from kernel_helpers import (
     assert_close,
     assert_dweight_within_sum_bound,
+    assert_float32_sum_within_bound,
     oracle,
     oracle_y,
     x_away_from_zero,
@@ -155,7 +156,12 @@ def test_every_backward_config_matches_the_oracle(case):
         assert dw is None
     elif llama:  # dweight sums dy times x * r rounded to x's dtype (r: the forward's float32)
         normed = (x.float() * rstd[:, None]).to(dtype).double()
-        assert_close(dw, (dy.double() * normed).sum(0), dtype, f"dweight (llama) with {cfg}")
+        if dtype == torch.float32 and not cfg.dw_float64:
+            # the float32 sum's bound, as below: an entry of 0.039 from 307 rows of terms ~1
+            # (H100) is off by 1.4e-5, over an elementwise 1e-5 + 1e-4 * 0.039
+            assert_float32_sum_within_bound(dw, dy.double() * normed)
+        else:
+            assert_close(dw, (dy.double() * normed).sum(0), dtype, f"dweight (llama) with {cfg}")
     elif dtype == torch.float32 and not cfg.dw_float64:
         # Rows summed in float32: an entry that cancels (0.0059 from terms of ~1 over 271 rows,
         # found on the H200) is off by more than an elementwise 1e-5, as any float32 order
