@@ -237,10 +237,11 @@ def main():
     )
     p.add_argument(
         "--maxnreg",
-        type=int,
-        default=0,
-        help="with --dsmem: also each config (L2 and DSMEM) under this ptxas register cap "
-        "(more CTAs an SM)",
+        type=lambda v: [int(r) for r in v.split(",")],
+        default=[],
+        help="with --dsmem: also each config (the L2 meeting) under each of these ptxas register "
+        "caps (comma-separated; more CTAs an SM); DSMEM under a cap spilled and lost (43rd "
+        "session), so it is timed under the first cap only",
     )
     p.add_argument(
         "--reload",
@@ -344,12 +345,12 @@ def main():
                 name = f"cluster {c}x{block} w{warps}" + (" w_early" if early else "")
                 cands[name] = None
                 fns[name] = functools.partial(cluster_forward, x, w, 1e-6, block, warps, early)
-                cap = args.maxnreg or None
+                caps = args.maxnreg
                 for exchange, early, reg, rl, label in (
                     [(1, False, None, 0, "dsmem"), (1, True, None, 0, "dsmem w_early"),
                      (2, False, None, 0, "no exchange")]
-                    + ([(0, False, cap, 0, f"maxnreg {cap}"),
-                        (1, False, cap, 0, f"dsmem maxnreg {cap}")] if cap else [])
+                    + [(0, False, cap, 0, f"maxnreg {cap}") for cap in caps]
+                    + [(1, False, cap, 0, f"dsmem maxnreg {cap}") for cap in caps[:1]]
                     + [(ex, False, None, r, f"{lab}reload {r}") for r in args.reload
                        for ex, lab in [(0, ""), (1, "dsmem "), (2, "no exchange ")]
                        if r > 0 or ex == 1]

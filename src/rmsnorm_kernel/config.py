@@ -365,6 +365,9 @@ class ForwardConfig:
     columns a CTA, ``cluster * block >= N``): x read from DRAM once, with one cluster barrier a
     row and no persistent grid. Compiled kernels on Hopper or newer; through the interpreter,
     ``cluster`` 1 only (CLUSTER_FORWARD).
+    ``maxnreg``: with ``cluster``, ptxas' register cap for the cluster kernel (0: the compiler's
+    choice; MAXNREG_RANGE): fewer registers a thread, more CTAs an SM; the same instructions, so
+    no value changes. The interpreter has no registers to cap: it ignores it.
     """
 
     block: int
@@ -379,12 +382,29 @@ class ForwardConfig:
     stages: int = 1
     split: int = 0
     cluster: int = 0
+    maxnreg: int = 0
 
     def check(self, n: int) -> None:
         """Raise ``ContractValueError`` naming the field if this config cannot run rows of ``n``."""
         _check_block("ForwardConfig.block", self.block)
         _check_warps("ForwardConfig.num_warps", self.num_warps)
         _check_ctas("ForwardConfig.ctas", self.ctas)
+        if self.maxnreg:
+            lo, hi = MAXNREG_RANGE
+            if isinstance(self.maxnreg, bool) or not isinstance(self.maxnreg, int):
+                raise ContractValueError(
+                    f"ForwardConfig.maxnreg must be an int (got {type(self.maxnreg).__name__})"
+                )
+            if not lo <= self.maxnreg <= hi:
+                raise ContractValueError(
+                    f"ForwardConfig.maxnreg must be 0 (the compiler's choice) or {lo} to {hi} "
+                    f"registers a thread (got {self.maxnreg})"
+                )
+            if not self.cluster:
+                raise ContractValueError(
+                    "ForwardConfig.maxnreg caps the cluster kernel's registers: it needs "
+                    f"cluster > 0 (got maxnreg={self.maxnreg}, cluster={self.cluster})"
+                )
         if self.cluster:
             self._check_cluster(n)
             return
@@ -842,25 +862,38 @@ MAX_CLUSTER = 8
 #: rule) 70.5 vs 70.6 at 1 x 65536 and 80.7 at 4 x 16384; the smallest row measured to win is
 #: bf16 100000 (195 KiB). Not over 8 CTAs of these blocks (the split rule); not fp16 with a
 #: residual (not measured).
+#: Each plan is (block, warps, maxnreg), maxnreg 0 but where a register cap was measured to win:
+#:   fp16 16384 at 8 warps under 64 registers (80 uncapped, 2 bytes spilled: 3 -> 4 CTAs an SM):
+#:   512 x 131072 100.4 / 100.5 us against 105.2 / 105.6 uncapped, on an H100 twice (43rd and
+#:   44th sessions, split_tune.py --dsmem --maxnreg; results/h100_2026-12-06c and -06d), and
+#:   in the package 101.0 against 105.3 (--pkg-cluster, -06d); caps 48 and 56 spill more and
+#:   lose (117.8, 112.3). bf16's same plan gains 1.2% under 64 (72 uncapped): left uncapped.
+#:   Not yet timed on an H200 (the same 64K registers an SM).
 CLUSTER_MIN_ROW_BYTES = 192 * 1024
-CLUSTER_FORWARD: dict[tuple[torch.dtype, bool], tuple[tuple[int, int], ...]] = {
-    (torch.bfloat16, False): ((16384, 8), (65536, 32)),
-    (torch.float16, False): ((16384, 8),),
-    (torch.bfloat16, True): ((32768, 32),),
-    (torch.float32, False): ((32768, 32),),
-    (torch.float32, True): ((32768, 32),),
+CLUSTER_FORWARD: dict[tuple[torch.dtype, bool], tuple[tuple[int, int, int], ...]] = {
+    (torch.bfloat16, False): ((16384, 8, 0), (65536, 32, 0)),
+    (torch.float16, False): ((16384, 8, 64),),
+    (torch.bfloat16, True): ((32768, 32, 0),),
+    (torch.float32, False): ((32768, 32, 0),),
+    (torch.float32, True): ((32768, 32, 0),),
 }
+#: ``ForwardConfig.maxnreg``'s range, inclusive: ptxas' ``--maxrregcount`` takes no fewer than 16
+#: a thread; 255 is sm_90's most.
+MAXNREG_RANGE = (16, 255)
 
 
-def cluster_plan(n: int, dtype: torch.dtype | None, residual: bool) -> tuple[int, int, int] | None:
-    """``(block, warps, cluster)`` of CLUSTER_FORWARD's first plan that covers a row of ``n``
-    values of ``dtype`` in at most MAX_CLUSTER CTAs, or None (no plan, or too narrow a row)."""
+def cluster_plan(
+    n: int, dtype: torch.dtype | None, residual: bool
+) -> tuple[int, int, int, int] | None:
+    """``(block, warps, cluster, maxnreg)`` of CLUSTER_FORWARD's first plan that covers a row of
+    ``n`` values of ``dtype`` in at most MAX_CLUSTER CTAs, or None (no plan, or too narrow a
+    row)."""
     if dtype is None or n * dtype.itemsize < CLUSTER_MIN_ROW_BYTES:
         return None
-    for block, warps in CLUSTER_FORWARD.get((dtype, residual), ()):
+    for block, warps, maxnreg in CLUSTER_FORWARD.get((dtype, residual), ()):
         cluster = -(-n // block)
         if cluster <= MAX_CLUSTER:
-            return block, warps, cluster
+            return block, warps, cluster, maxnreg
     return None
 
 
@@ -1012,8 +1045,8 @@ def _forward_geometry(
     # session) against 164.1 over Triton's (seventh session; both H200, not in one run)
     plan = cluster_plan(n, dtype, residual)
     if plan is not None and not float64 and cluster_launch_here(device_index):
-        block, warps, cluster = plan
-        return ForwardConfig(block, 0, warps, cluster=cluster)
+        block, warps, cluster, maxnreg = plan
+        return ForwardConfig(block, 0, warps, cluster=cluster, maxnreg=maxnreg)
     if n == block and block in FWD_CLUSTERS and not float64 and clusters_here(device_index):
         ctas, warps = FWD_CLUSTERS[block]
         return ForwardConfig(block, 0, warps, ctas)

@@ -216,7 +216,8 @@ class CachedKernel:
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable
     tuple in signature order). ``cooperative``: every compiled launch is cooperative
-    (``launch_cooperative_grid``). ``cluster``: ``num_ctas`` makes *launch* clusters of a kernel
+    (``launch_cooperative_grid``). ``maxnreg``: every compile capped at that many registers a
+    thread (ptxas; 0: no cap). ``cluster``: ``num_ctas`` makes *launch* clusters of a kernel
     compiled for one CTA: program ``p`` of the grid becomes CTAs ``p * num_ctas ..`` of one
     cluster, each a whole program that finds its place from ``program_id`` (see
     :meth:`_compile_cluster`), where otherwise Triton splits one program's tensors over the
@@ -224,11 +225,15 @@ class CachedKernel:
     and ``cached`` launches, so that GPU tests can check that the cached path really runs.
     """
 
-    def __init__(self, fn, cooperative: bool = False, cluster: bool = False) -> None:
+    def __init__(
+        self, fn, cooperative: bool = False, cluster: bool = False, maxnreg: int = 0
+    ) -> None:
         self.fn = fn
         # compiled launches go through cuLaunchCooperativeKernel, which refuses a grid whose
         # programs cannot all be resident at once (kernels whose programs wait for each other)
         self._compile_options = {"launch_cooperative_grid": True} if cooperative else {}
+        if maxnreg:  # ptxas' register cap, a compile option of every handle this one makes
+            self._compile_options["maxnreg"] = maxnreg
         self.cluster = cluster
         self._clustered: dict[tuple, object] = {}  # key -> CompiledKernel (for launch hooks)
         self._layouts: dict[int, _Layout] = {}  # per len(args): the floats come after them

@@ -57,6 +57,9 @@ FORWARD = CachedKernel(kernels.rmsnorm_forward_kernel)
 FORWARD_ROWS = CachedKernel(kernels.rmsnorm_forward_rows_kernel)
 #: Launched as clusters of ForwardConfig.cluster CTAs, compiled for one (see CachedKernel).
 FORWARD_CLUSTER = CachedKernel(kernels.rmsnorm_forward_cluster_kernel, cluster=True)
+#: ForwardConfig.maxnreg -> the cluster kernel compiled under that register cap (one table of
+#: handles a cap: the cap is a compile option, not part of a launch's key).
+FORWARD_CLUSTER_CAPPED: dict[int, CachedKernel] = {}
 #: Cooperative: the programs of a row wait for each other (ForwardConfig.split).
 FORWARD_SPLIT = CachedKernel(kernels.rmsnorm_forward_split_kernel, cooperative=True)
 FORWARD_SPLIT_STAGED = CachedKernel(kernels.rmsnorm_forward_split_staged_kernel, cooperative=True)
@@ -325,7 +328,14 @@ def launch_forward(
             )
         c_pow2 = 1 << (c - 1).bit_length()
         part = torch.empty(m * c_pow2, device=x2.device, dtype=acc) if c > 1 else rs
-        FORWARD_CLUSTER.launch(
+        kernel = FORWARD_CLUSTER
+        if config.maxnreg:
+            kernel = FORWARD_CLUSTER_CAPPED.get(config.maxnreg)
+            if kernel is None:
+                kernel = FORWARD_CLUSTER_CAPPED[config.maxnreg] = CachedKernel(
+                    kernels.rmsnorm_forward_cluster_kernel, cluster=True, maxnreg=config.maxnreg
+                )
+        kernel.launch(
             (m,),  # the launcher makes m clusters of c CTAs
             (x2, r, w, y, h if has_r else y, rs, part, sx, sr, sw, n),
             floats,

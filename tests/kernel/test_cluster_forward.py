@@ -134,6 +134,11 @@ def test_cluster_config_is_checked(device):
         (ForwardConfig(512, 0, 4, cluster=1, split=1), "takes none of split"),
         (ForwardConfig(512, 0, 4, cluster=1, stages=2), "takes none of stages"),
         (ForwardConfig(512, 0, 4, cluster=1, packed=True, ctas=2), "takes none of ctas, packed"),
+        (ForwardConfig(512, 0, 4, maxnreg=64), "maxnreg caps the cluster kernel.*cluster > 0"),
+        (ForwardConfig(512, 0, 4, cluster=1, maxnreg=8), "maxnreg must be 0 .* or 16 to 255"),
+        (ForwardConfig(512, 0, 4, cluster=1, maxnreg=256), "maxnreg must be 0 .* or 16 to 255"),
+        (ForwardConfig(512, 0, 4, cluster=1, maxnreg=64.0), "maxnreg must be an int"),
+        (ForwardConfig(512, 0, 4, cluster=1, maxnreg=True), "maxnreg must be an int"),
     ]
     if device == "cpu":
         cases.append((ForwardConfig(256, 0, 4, cluster=2), "needs compiled kernels on a GPU"))
@@ -164,6 +169,30 @@ def test_cluster_wide_rows_and_graph_replay(dtype):
             _same((y, None, rstd), _launch(x, w, ForwardConfig(block, 0, warps, split=c)), cfg)
             call = functools.partial(_launch, x, w, cfg)
             assert_graph_replays(call, (y, None, rstd), str(cfg))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, BF16], ids=str)
+def test_a_register_cap_changes_no_bit(device, dtype):
+    """``maxnreg`` (ptxas' register cap) gives the uncapped kernel's bits, eager and cached; on a
+    GPU over 8 CTAs a row (exact and ragged), and the capped handle really holds at most that
+    many registers a thread (more CTAs an SM: the point of the cap). The interpreter ignores it
+    (one CTA a row)."""
+    cols = [300] if device == "cpu" else [131072, 131072 - 3]
+    for n in cols:
+        c = 1 if device == "cpu" else 8
+        block = 1 << (-(-n // c) - 1).bit_length()
+        x = torch.randn(40, n, device=device).to(dtype)
+        w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+        want = _launch(x, w, ForwardConfig(block, 0, 8, cluster=c))
+        capped = ForwardConfig(block, 0, 8, cluster=c, maxnreg=64)
+        _same(_launch(x, w, capped), want, f"{capped}")
+        _same(_launch(x, w, capped), want, f"{capped}, the cached launch")
+        assert_close(want[0], oracle_y(x, w), dtype, f"y with {capped}")
+    if device == "cuda":
+        kernel = ops.FORWARD_CLUSTER_CAPPED[64]
+        assert kernel.launches["cached"] >= 2
+        regs = {compiled.n_regs for compiled in kernel._clustered.values()}
+        assert regs and max(regs) <= 64, regs
 
 
 @pytest.mark.gpu
@@ -209,7 +238,7 @@ def test_the_heuristic_takes_its_cluster_plans(key):
     dtype, residual = key
     if not config.cluster_launch_here(torch.cuda.current_device()):
         pytest.skip("needs a Hopper or newer GPU (thread-block clusters)")
-    for block, warps in config.CLUSTER_FORWARD[key]:
+    for block, warps, maxnreg in config.CLUSTER_FORWARD[key]:
         n = block * config.MAX_CLUSTER  # the widest row the plan covers
         for cols in (n, n - 3):
             x = torch.randn(40, cols, device="cuda").to(dtype)
@@ -217,7 +246,8 @@ def test_the_heuristic_takes_its_cluster_plans(key):
             res = torch.randn(40, cols, device="cuda").to(dtype) if residual else None
             index = x.device.index
             cfg = ops._heuristic_forward(x, res, 40, cols, index, torch.float32)
-            assert (cfg.block, cfg.num_warps, cfg.cluster) == (block, warps, 8), (key, cols, cfg)
+            plan = (cfg.block, cfg.num_warps, cfg.cluster, cfg.maxnreg)
+            assert plan == (block, warps, 8, maxnreg), (key, cols, cfg)
             got = ops.launch_forward(x, w, res, EPS, 0.0, dtype)
             want_y, want_h, *_ = oracle(x, w, torch.zeros_like(x), EPS, residual=res)
             assert_close(got[0], want_y, dtype, f"y, {cols} columns with {cfg}")

@@ -219,7 +219,8 @@ def test_wide_rows_take_a_cluster_where_cluster_forward_has_a_plan(h200, monkeyp
     assert fwd(3, 8 * 65536 + 1, BF16).split == 33  # 9 CTAs: the split rule
     assert fwd(3, 100000, BF16) == config.ForwardConfig(16384, 0, 8, cluster=7)  # 195 KiB
     assert fwd(3, 98303, BF16).cluster == 0  # under 192 KiB a row
-    assert fwd(512, 131072, f16) == config.ForwardConfig(16384, 0, 8, cluster=8)
+    f16_plan = config.ForwardConfig(16384, 0, 8, cluster=8, maxnreg=64)  # the register cap
+    assert fwd(512, 131072, f16) == f16_plan
     assert fwd(256, 262144, f16).split == 16  # fp16: no wider plan measured
     res = fwd(512, 131072, BF16, residual=True)
     assert res == config.ForwardConfig(32768, 0, 32, cluster=4)
@@ -231,7 +232,7 @@ def test_wide_rows_take_a_cluster_where_cluster_forward_has_a_plan(h200, monkeyp
     assert fwd(3, 262144, torch.float64, float64=True).cluster == 0
     assert fwd(3, 262144, f32, float64=True).cluster == 0  # float64 math
     assert config.forward_config(512, 131072, 0, itemsize=2).cluster == 0  # no dtype: no plan
-    for cfg, n in [(bf16, 131072), (res, 131072), (f32_65536, 65536)]:
+    for cfg, n in [(bf16, 131072), (res, 131072), (f32_65536, 65536), (f16_plan, 131072)]:
         cfg.check(n)
     assert fwd(512, 131072, BF16, index=None).cluster == 0  # the interpreter
     monkeypatch.setattr(config, "hopper", lambda index: False)
@@ -245,11 +246,11 @@ def test_cluster_plans_are_valid_configs():
     widest row it covers."""
     for (dtype, residual), plans in config.CLUSTER_FORWARD.items():
         assert plans, (dtype, residual)
-        for block, warps in plans:
+        for block, warps, maxnreg in plans:
             for n in (config.CLUSTER_MIN_ROW_BYTES // dtype.itemsize, config.MAX_CLUSTER * block):
                 c = -(-n // block)
                 if c <= config.MAX_CLUSTER:
-                    config.ForwardConfig(block, 0, warps, cluster=c).check(n)
+                    config.ForwardConfig(block, 0, warps, cluster=c, maxnreg=maxnreg).check(n)
 
 
 def test_wide_rows_split_over_cooperative_programs(h200, monkeypatch):
