@@ -103,6 +103,40 @@ def test_no_dual_level_keeps_the_fast_path():
         assert transforms.needed(fwAD.make_dual(x, x), w, None)
 
 
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no_grad"])
+def test_a_tensor_kept_from_a_finished_transform_is_read_as_f_rms_norm_reads_it(grad_mode):
+    """x, weight and residual stored from inside a finished ``torch.func.grad`` ("dead"
+    wrappers, as a hook or closure keeps them) hold no storage: the kernels read the tensors
+    they wrap, as F.rms_norm does. The no-grad path used to fail ("Cannot access storage of
+    TensorWrapper"); with grad, the gradients reach the wrapped leaves."""
+    x0, w0, r0 = _inputs(torch.float32)
+    kept = []
+
+    def f(x, w, r):
+        kept.extend((x, w, r))
+        return (x * w + r).sum()
+
+    torch.func.grad(f, argnums=(0, 1, 2))(x0, w0, r0)
+    x, w, r = kept
+    assert torch._C._functorch.is_functorch_wrapped_tensor(x)
+    with torch.set_grad_enabled(grad_mode):
+        y = rk.rmsnorm(x, w, EPS)
+        y2, h = rk.rmsnorm(x, w, EPS, residual=r)
+    assert torch.equal(y, rk.rmsnorm(x0, w0, EPS))
+    assert torch.equal(y2, rk.rmsnorm(x0, w0, EPS, residual=r0)[0]) and torch.equal(h, x0 + r0)
+    torch.testing.assert_close(y, torch_ref(x0, w0), **TOLERANCES[torch.float32])
+    assert y.requires_grad is False  # the transform's inputs were not leaves needing grad
+    leaf = w0.clone().requires_grad_()
+    with torch.set_grad_enabled(grad_mode):
+        out = rk.rmsnorm(x, leaf, EPS)
+    assert out.requires_grad is grad_mode
+    if grad_mode:
+        (dw,) = torch.autograd.grad(out, leaf, torch.ones_like(out))
+        ref = leaf.detach().requires_grad_()
+        (want,) = torch.autograd.grad(torch_ref(x0, ref), ref, torch.ones_like(out))
+        torch.testing.assert_close(dw, want, **TOLERANCES[torch.float32])
+
+
 def _jacobians(f, *args):
     """``(jacfwd, jacrev)`` of ``f`` at ``args``, w.r.t. every arg: built from the jvp and from
     the backward respectively."""
