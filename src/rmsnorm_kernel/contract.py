@@ -131,9 +131,21 @@ def check_normalized_shape(value: object) -> tuple[int, ...]:
     return shape
 
 
+def _check_layout(name: str, t: torch.Tensor) -> None:
+    if t.layout is not _STRIDED:  # sparse, mkldnn: the kernels read strided memory only
+        raise ContractTypeError(
+            f"{name} must be a dense (strided) tensor (got layout {t.layout}); convert it with "
+            ".to_dense()"
+        )
+
+
 def _check_dtype(name: str, t: torch.Tensor) -> None:
+    _check_layout(name, t)
     if t.dtype not in SUPPORTED_DTYPES:
         raise ContractTypeError(f"{name} must have dtype in ({_DTYPE_NAMES}) (got {t.dtype})")
+
+
+_STRIDED = torch.strided
 
 
 def check_no_columns(
@@ -198,6 +210,7 @@ def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
         or not -FLOAT32_MAX <= offset <= FLOAT32_MAX
         or not isinstance(x, torch.Tensor)
         or x.dtype not in _DTYPE_SET
+        or x.layout is not _STRIDED
         or x.dim() < 1
         or not 1 <= x.shape[-1] <= MAX_N
         or not (x.is_cuda if _COMPILED else x.is_cpu)
@@ -205,6 +218,7 @@ def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
         return False
     if residual is not None and not (
         type(residual) is torch.Tensor
+        and residual.layout is _STRIDED
         and (residual.dtype == x.dtype or (x.dtype, residual.dtype) in _MIXED_RESIDUAL)
         and residual.shape == x.shape
         and residual.device == x.device
@@ -215,6 +229,7 @@ def _common_case_ok(x, weight, eps, offset, residual, rounding) -> bool:
     return (
         isinstance(weight, torch.Tensor)
         and weight.dtype in _DTYPE_SET
+        and weight.layout is _STRIDED
         and weight.dim() == 1
         and weight.shape[0] == x.shape[-1]
         and (
@@ -288,6 +303,7 @@ def check_contract(
             raise ContractTypeError(
                 f"residual must be a torch.Tensor or None (got {type(residual).__name__})"
             )
+        _check_layout("residual", residual)
         if residual.shape != x.shape:
             raise ContractValueError(
                 f"residual must have x's shape {tuple(x.shape)} (got {tuple(residual.shape)})"

@@ -13,9 +13,11 @@ derivatives in PyTorch ops), which those need.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from . import dtensor, ops, transforms
+from . import dtensor, nested, ops, transforms
 from .contract import SUPPORTED_DTYPES, ContractTypeError, ContractValueError, check_contract
 from .double_backward import (
     PLAIN_TENSORS,
@@ -424,12 +426,19 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, names=("x
             return _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, names)
 
         return dtensor.local_call(local, x, weight, residual)
+    if type(x) is not torch.Tensor and nested.is_jagged(x):  # the kernels run on its values
+
+        def on_values(values, res_values):
+            return _rmsnorm(values, weight, eps, offset, res_values, rounding, eps_positive, names)
+
+        return nested.jagged_call(on_values, x, residual, names)
     # (x.dim() first: the one C call the common 2-D / 3-D case pays for this)
     if isinstance(x, torch.Tensor) and x.dim() >= 4 and (fmt := _channels_last(x)) is not None:
         return _channels_last_rmsnorm(
             x, weight, eps, offset, residual, rounding, eps_positive, fmt, names
         )
-    if eps is None and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
+    eps_default = eps is None
+    if eps_default and isinstance(x, torch.Tensor) and x.dtype.is_floating_point:
         # (an integer x keeps eps=None: check_contract then names x's dtype, not finfo)
         dtype = x.dtype  # the normalised tensor's: x, or x + residual
         if isinstance(residual, torch.Tensor) and residual.dtype.is_floating_point:
@@ -451,6 +460,16 @@ def _rmsnorm(x, weight, eps, offset, residual, rounding, eps_positive, names=("x
         x, residual = residual, x
     llama = rounding == "llama"
     if torch.compiler.is_compiling() or _through_op(x, weight, residual):
+        if eps_default and torch.jit.is_tracing():
+            # F.rms_norm's trace records eps=None and resolves it per call; the op takes a
+            # float, so the trace keeps this one for inputs of every dtype.
+            warnings.warn(
+                f"rmsnorm_kernel: eps=None was resolved to {eps!r}, the machine epsilon for "
+                f"{x.dtype} input; the traced graph keeps that value for inputs of any dtype "
+                "(pass eps explicitly to trace a value of your choice)",
+                torch.jit.TracerWarning,
+                stacklevel=3,
+            )
         if torch.onnx.is_in_onnx_export() or (
             torch.compiler.is_compiling() and transforms.needed(x, weight, residual)
         ):

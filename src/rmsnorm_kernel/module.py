@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from . import dtensor
 from .contract import (
+    MAX_N,
     ContractTypeError,
     ContractValueError,
     check_no_columns,
     check_normalized_shape,
 )
-from .function import _channels_last, _rmsnorm, contiguous_keeping_grad_layout
+from .function import _channels_last, _normal, _rmsnorm, contiguous_keeping_grad_layout
 
 
 def _autocast_registered(device_type: str) -> bool:
@@ -107,10 +110,20 @@ def rms_norm(
         input, weight = input.float(), _float32(weight)
     if 0 in shape:  # rows of no values: nothing to normalise; F.rms_norm returns them empty
         check_no_columns(input, weight, eps, _NAMES)
-        return (input.clone() if weight is None else input * weight).to(input.dtype)
+        if weight is None:
+            return input.clone()
+        # (an inference-mode input beside a weight that needs grad: a normal copy, which the
+        # product may save for backward, as the kernels' path does)
+        return (_normal(input) * weight).to(input.dtype)
     # eps as F.rms_norm takes it: any finite value (eps <= 0 too; see check_contract).
     if k == 1:
         return _rmsnorm(input, weight, eps, 0.0, None, "torch", False, _NAMES)
+    n = math.prod(shape)
+    if n > MAX_N:  # (named here: the flattened row's checks would call N the last dim)
+        raise ContractValueError(
+            f"normalized_shape={shape} makes rows of N = {n} values, over the kernels' "
+            f"{MAX_N}: normalise over fewer or smaller dims"
+        )
     fmt = _channels_last(input)  # F.rms_norm keeps a channels-last input's layout (y and dx)
     rows = (input if fmt is None else contiguous_keeping_grad_layout(input, fmt)).flatten(
         input.dim() - k

@@ -100,7 +100,26 @@ CASES = [
         TypeError,
         "residual must have x's dtype",
     ),
+    # sparse and mkldnn layouts used to pass the checks and fail inside the launch, unnamed
+    ("x sparse", lambda d: dict(x=_x(d, 2, 8).to_sparse()), TypeError, "x must be a dense"),
+    ("x csr", lambda d: dict(x=_x(d, 2, 8).to_sparse_csr()), TypeError, "layout torch.sparse_csr"),
+    (
+        "weight sparse",
+        lambda d: dict(x=_x(d, 2, 8), weight=_x(d, 8).to_sparse()),
+        TypeError,
+        "weight must be a dense (strided) tensor (got layout torch.sparse_coo)",
+    ),
+    (
+        "residual sparse",
+        lambda d: dict(x=_x(d, 2, 8), residual=_x(d, 2, 8).to_sparse()),
+        TypeError,
+        "residual must be a dense",
+    ),
 ]
+if torch.backends.mkldnn.is_available():
+    CASES.append(
+        ("x mkldnn", lambda d: dict(x=_x("cpu", 2, 8).to_mkldnn()), TypeError, "x must be a dense")
+    )
 
 
 @pytest.mark.parametrize("name,build,error,fragment", CASES, ids=[c[0] for c in CASES])

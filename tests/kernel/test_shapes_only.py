@@ -76,6 +76,17 @@ def test_jit_trace_records_the_op_not_a_constant(device):
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
+def test_jit_trace_of_eps_none_warns_that_the_value_is_kept(device):
+    """F.rms_norm's trace keeps eps=None and resolves it per call; the op takes a float, so a
+    trace keeps the traced input's epsilon: said with a TracerWarning (a float64 input to a
+    float32 trace would otherwise get float32's epsilon silently)."""
+    with pytest.warns(torch.jit.TracerWarning, match="eps=None was resolved to 1.19"):
+        torch.jit.trace(rk.RMSNorm(8).to(device), torch.randn(2, 8, device=device))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)
+        rk.RMSNorm(8).to(device)(torch.randn(2, 8, device=device))  # untraced: no warning
+
+
 def test_jit_script_is_refused_by_name():
     """TorchScript cannot compile a forward that launches Triton kernels from Python: scripting
     the module, alone or inside a model, says so and names what works instead."""

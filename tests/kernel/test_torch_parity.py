@@ -268,6 +268,28 @@ def test_an_inference_mode_input_still_gives_the_weight_its_gradient(entry, devi
     torch.testing.assert_close(w.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
 
 
+def test_an_inference_mode_input_of_no_columns_beside_a_weight_that_needs_grad(device):
+    """N = 0 (nothing launched; F.rms_norm returns the rows empty) with an inference-mode input
+    and a weight that requires grad: as F.rms_norm, an empty output in the graph (it used to
+    raise "Inference tensors cannot be saved for backward")."""
+    with torch.inference_mode():
+        x = torch.randn(3, 0, device=device)
+    w = torch.randn(0, device=device, requires_grad=True)
+    y = rk.rms_norm(x, (0,), w)
+    want = torch.nn.functional.rms_norm(x, (0,), w)
+    assert y.shape == want.shape and y.requires_grad == want.requires_grad
+    y.sum().backward()
+    assert w.grad is not None and w.grad.shape == (0,)
+
+
+def test_several_normalised_dims_over_the_limit_name_normalized_shape(device):
+    """N = prod(normalized_shape) past MAX_N: the message names normalized_shape and N, not
+    "the last dim" (1024 here)."""
+    x = torch.empty(1, 3, 1024, 1024, device="meta")
+    with pytest.raises(rk.ContractValueError, match=r"normalized_shape=\(3, 1024, 1024\) makes"):
+        rk.rms_norm(x, (3, 1024, 1024))
+
+
 @pytest.mark.parametrize(
     "shape,fmt", [((4, 2, 2, 5), torch.channels_last), ((2, 3, 2, 2, 5), torch.channels_last_3d)]
 )
