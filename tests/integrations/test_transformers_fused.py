@@ -130,3 +130,103 @@ def test_add_norm_gradients_on_the_float32_stream(norm_cls, centre, device):
         assert g.dtype == w.dtype, what
         tol = {"atol": 1e-3, "rtol": 1e-3} if g.dtype == F16 else {"atol": 1e-4, "rtol": 1e-4}
         torch.testing.assert_close(g, w, **tol, msg=lambda m, n=what: f"d{n}: {m}")
+
+
+def _zero_output(module, args, output):
+    return output * 0
+
+
+def test_a_hook_on_the_fused_norm_runs_and_changes_the_output_as_unpatched(device):
+    """A forward hook on ``post_attention_layernorm`` (activation capture, steering) used to be
+    skipped by the fused pass, silently changing the logits; the layer now calls the norm module
+    as the original does, warning once, and matches the unpatched model with the same hook."""
+    ref = tiny_model("llama").to(device)
+    model = tiny_model("llama").to(device)
+    patch(model, fuse_residual=True)
+    ids = tokens().to(device)
+    seen = []
+    for m in (ref, model):
+        norm = m.model.layers[0].post_attention_layernorm
+        norm.register_forward_hook(lambda mod, a, o: seen.append(mod) or _zero_output(mod, a, o))
+    want = ref(input_ids=ids).logits
+    with pytest.warns(UserWarning, match="called unfused.*a module hook would see its call"):
+        got = model(input_ids=ids).logits
+    assert len(seen) == 2 and seen[1] is model.model.layers[0].post_attention_layernorm
+    torch.testing.assert_close(got, want, **LOGITS_TOL)
+
+
+def test_a_global_module_hook_also_unfuses(device):
+    model = tiny_model("llama").to(device)
+    patch(model, fuse_residual=True)
+    seen = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, a, o: seen.append(type(mod).__name__)
+    )
+    try:
+        with pytest.warns(UserWarning, match="a module hook would see its call"):
+            model(input_ids=tokens().to(device))
+    finally:
+        handle.remove()
+    assert seen.count("LlamaRMSNorm") == 2 * 2 + 1  # both norms of both layers, and the last
+
+
+@pytest.mark.parametrize("how", ["unpatch", "replace", "identity"])
+def test_a_norm_unpatched_or_replaced_after_fusing_runs_as_in_the_original_layer(how, device):
+    """``unpatch(layer.post_attention_layernorm)`` or a new module in its place (an ablation)
+    used to fail at the next forward with an AttributeError naming neither the layer nor
+    fuse_residual; the layer now calls that module as the original does."""
+    ref = tiny_model("llama").to(device)
+    model = tiny_model("llama").to(device)
+    patch(model, fuse_residual=True)
+    layer = model.model.layers[1]
+    if how == "unpatch":
+        assert unpatch(layer.post_attention_layernorm) == 1
+    else:
+        for m in (ref, model):
+            new = torch.nn.Identity() if how == "identity" else LlamaRMSNorm(64, eps=1e-2)
+            m.model.layers[1].post_attention_layernorm = new.to(device)
+    ids = tokens().to(device)
+    with pytest.warns(UserWarning, match="not a norm patched with the llama or gemma rule"):
+        got = model(input_ids=ids).logits
+    torch.testing.assert_close(got, ref(input_ids=ids).logits, **LOGITS_TOL)
+    assert is_patched(layer)
+
+
+def test_a_fused_layer_takes_its_arguments_by_position_as_the_original(device):
+    ref = tiny_model("llama").to(device)
+    model = tiny_model("llama").to(device)
+    patch(model, fuse_residual=True)
+    h = torch.randn(2, 8, 64, device=device)
+    pos = torch.arange(8, device=device)[None].expand(2, 8)
+    pe = model.model.rotary_emb(h, pos)
+    want = ref.model.layers[0](h, None, pos, position_embeddings=pe)
+    torch.testing.assert_close(
+        model.model.layers[0](h, None, pos, position_embeddings=pe), want, **LOGITS_TOL
+    )
+    layer = model.model.layers[0]
+    with pytest.raises(TypeError, match="got multiple values for argument 'attention_mask'"):
+        layer(h, None, attention_mask=None, position_embeddings=pe)
+    with pytest.raises(TypeError, match="positional arguments after self"):
+        layer(h, *([None] * 20))
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_an_eps_set_after_patch_is_checked_naming_the_module(fuse, device):
+    """A patched norm reads eps at each call: an invalid one set after ``patch`` is refused
+    naming the class and attribute (it used to say only "eps must be > 0"), and None is refused
+    as the original's arithmetic refuses it (the kernels read None as nn.RMSNorm's default)."""
+    model = tiny_model("llama").to(device)
+    patch(model, fuse_residual=fuse)
+    norm = model.model.layers[1].post_attention_layernorm
+    ids = tokens().to(device)
+    norm.variance_epsilon = 0.0
+    with pytest.raises(ValueError, match=r"LlamaRMSNorm \(patched by rmsnorm_kernel; eps 0.0 "):
+        model(input_ids=ids)
+    norm.variance_epsilon = None
+    with pytest.raises(TypeError, match="LlamaRMSNorm.variance_epsilon is None"):
+        model(input_ids=ids)
+    gemma = tiny_model("gemma").to(device)
+    patch(gemma, fuse_residual=fuse)
+    gemma.model.layers[0].post_attention_layernorm.eps = float("nan")
+    with pytest.raises(ValueError, match=r"GemmaRMSNorm \(patched .*eps nan from \.eps\)"):
+        gemma(input_ids=ids)

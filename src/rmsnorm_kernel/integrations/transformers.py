@@ -74,7 +74,8 @@ from torch import nn
 from ..contract import FLOAT32_MAX, FLOAT32_TINY
 from ..function import rmsnorm
 from ..module import RMSNorm, rms_norm
-from .fused_residual import DECODER_SOURCES, fused_decoder_forward
+from .fused_residual import DECODER_SOURCES, FUSABLE_RULES, fused_decoder_forward
+from .patched_eps import ContractError, eps_of, named
 
 __all__ = [
     "CONVENTIONS",
@@ -100,27 +101,34 @@ class UnsupportedNormError(TypeError):
 def _llama_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     """``hidden_states [..., N]`` -> ``[..., N]`` in ``promote(weight.dtype, x.dtype)``."""
     weight = self.weight
-    eps = self.variance_epsilon
+    eps = eps_of(self, "variance_epsilon")
     x_dtype = hidden_states.dtype
-    if x_dtype != torch.float64 and weight.dtype != torch.float64:
-        # One launch each way: the kernel rounds x * r to x's dtype, then multiplies by the
-        # weight in the promoted dtype, exactly as Llama's ``weight * h.to(input_dtype)``.
-        return rmsnorm(hidden_states, weight, eps, rounding="llama")
-    if x_dtype == torch.float64:
-        # Llama computes in float32 whatever the input, then casts back before the weight.
-        normed = rmsnorm(hidden_states.float(), None, eps).to(x_dtype)
-    else:
-        # A float64 weight: x * r rounded to x's dtype, then the product in float64.
-        normed = rmsnorm(hidden_states, None, eps)
+    try:
+        if x_dtype != torch.float64 and weight.dtype != torch.float64:
+            # One launch each way: the kernel rounds x * r to x's dtype, then multiplies by the
+            # weight in the promoted dtype, exactly as Llama's ``weight * h.to(input_dtype)``.
+            return rmsnorm(hidden_states, weight, eps, rounding="llama")
+        if x_dtype == torch.float64:
+            # Llama computes in float32 whatever the input, then casts back before the weight.
+            normed = rmsnorm(hidden_states.float(), None, eps).to(x_dtype)
+        else:
+            # A float64 weight: x * r rounded to x's dtype, then the product in float64.
+            normed = rmsnorm(hidden_states, None, eps)
+    except ContractError as e:
+        raise named(self, "variance_epsilon", e) from None
     return weight * normed
 
 
 def _gemma_forward(self, x: torch.Tensor) -> torch.Tensor:
     """``x [..., N]`` -> ``[..., N]`` in ``x.dtype``; the scale is ``1 + weight``."""
-    if x.dtype == torch.float64:
-        # Gemma computes in float32 whatever the input, then casts back.
-        return rmsnorm(x.float(), self.weight, self.eps, offset=1.0).to(x.dtype)
-    return rmsnorm(x, self.weight, self.eps, offset=1.0)
+    eps = eps_of(self, "eps")
+    try:
+        if x.dtype == torch.float64:
+            # Gemma computes in float32 whatever the input, then casts back.
+            return rmsnorm(x.float(), self.weight, eps, offset=1.0).to(x.dtype)
+        return rmsnorm(x, self.weight, eps, offset=1.0)
+    except ContractError as e:
+        raise named(self, "eps", e) from None
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -135,7 +143,7 @@ def _t5_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
     A float64 weight: the float32 ``h`` times it in float64.
     """
     weight = self.weight
-    eps = self.variance_epsilon
+    eps = eps_of(self, "variance_epsilon")
     x_dtype, w_dtype = hidden_states.dtype, weight.dtype
     if x_dtype == torch.float64:
         raise TypeError(
@@ -143,16 +151,19 @@ def _t5_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
             "multiplies float64 x by a float32 r, which the kernel does not reproduce); "
             "unpatch the model or run it in float32"
         )
-    if w_dtype in _HALF:
-        if x_dtype == w_dtype:  # float32 x * r rounded once to the weight's dtype, in the kernel
-            normed = rmsnorm(hidden_states, None, eps)
-        else:  # x * r in float32, then PyTorch's rounding to the weight's dtype
-            normed = rmsnorm(hidden_states.float(), None, eps).to(w_dtype)
-        return weight * normed
-    x32 = hidden_states.float()  # exact for half x; the same tensor for float32 x
-    if w_dtype == torch.float32:
-        return rmsnorm(x32, weight, eps)
-    return weight * rmsnorm(x32, None, eps)
+    try:
+        if w_dtype in _HALF:
+            if x_dtype == w_dtype:  # float32 x * r rounded once to the weight's dtype
+                normed = rmsnorm(hidden_states, None, eps)
+            else:  # x * r in float32, then PyTorch's rounding to the weight's dtype
+                normed = rmsnorm(hidden_states.float(), None, eps).to(w_dtype)
+            return weight * normed
+        x32 = hidden_states.float()  # exact for half x; the same tensor for float32 x
+        if w_dtype == torch.float32:
+            return rmsnorm(x32, weight, eps)
+        return weight * rmsnorm(x32, None, eps)
+    except ContractError as e:
+        raise named(self, "variance_epsilon", e) from None
 
 
 def _torch_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -236,9 +247,6 @@ CONVENTIONS: dict[str, Convention] = {
     "t5": Convention("t5", _T5_SOURCE, "variance_epsilon", _t5_forward),
     "torch": Convention("torch", _TORCH_SOURCE, "eps", _torch_forward, _check_torch_attributes),
 }
-#: The rules whose norm the fused residual add (``add_norm``) reproduces.
-FUSABLE_RULES = ("llama", "gemma")
-
 #: The families the tests build and check; others are patched when their source matches.
 FAMILIES = {
     "LlamaRMSNorm": "llama",
