@@ -15,12 +15,14 @@ Llama's first rounding truncated, <= 1 ulp, then both sides round the product, <
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
 import pytest
 import torch
 import yaml
+from hf_models import tiny_model, tokens
 from torch import nn
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
@@ -350,3 +352,54 @@ def test_unpatch_refuses_a_patch_hidden_by_a_later_subclass_and_patch_skips_it(d
         unpatch(model)
     assert is_patched(model.known) and is_patched(model.other)  # nothing was changed
     assert patch(model) == 0
+
+
+def _accelerate_hook(module):
+    """What accelerate's ``add_hook_to_module`` does to a module (device_map="auto", offload):
+    the bound class forward kept as ``_old_forward`` and an instance-level forward calling it
+    (accelerate 1.x's statements, its pre/post hooks left out). accelerate itself is not a
+    dependency here."""
+    old_forward = module.forward
+    module._old_forward = old_forward
+    module._hf_hook = object()
+
+    def new_forward(module, *args, **kwargs):
+        return module._old_forward(*args, **kwargs)
+
+    module.forward = functools.update_wrapper(functools.partial(new_forward, module), old_forward)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_modules_under_accelerate_hooks_run_the_kernel_once_patched(fuse, device):
+    """A module with accelerate's hook runs its instance-level forward, which the class swap did
+    not reach: patch used to report it patched while it ran Hugging Face's code. Its
+    ``_old_forward`` is now rebound both ways: the kernel runs under the hook, and after
+    unpatch the original code runs again."""
+    ref = tiny_model("llama").to(device)
+    model = tiny_model("llama").to(device)
+    for m in model.modules():
+        if type(m).__name__ in ("LlamaRMSNorm", "LlamaDecoderLayer"):
+            _accelerate_hook(m)
+    ids = tokens().to(device)
+    want = ref(input_ids=ids).logits
+    norms = sum(type(m).__name__ == "LlamaRMSNorm" for m in model.modules())
+    patch(model, fuse_residual=fuse)
+    rk.reset_calls()
+    torch.testing.assert_close(model(input_ids=ids).logits, want, atol=1e-5, rtol=1e-5)
+    assert rk.CALLS["forward"] == norms
+    unpatch(model)
+    rk.reset_calls()
+    torch.testing.assert_close(model(input_ids=ids).logits, want, atol=0.0, rtol=0.0)
+    assert rk.CALLS["forward"] == 0
+
+
+def test_another_instance_level_forward_is_refused_by_name():
+    """A forward set on the instance by anything but accelerate's hook: the class swap would not
+    reach it, so patch names the module (allow_unknown=True leaves it, logged)."""
+    model = Block(LlamaRMSNorm(8))
+    model.other.forward = lambda x: x
+    with pytest.raises(UnsupportedNormError, match=r"LlamaRMSNorm at 'other': its forward is set"):
+        patch(model)
+    assert not is_patched(model.known)  # refused before any change
+    assert patch(model, allow_unknown=True) == 1
+    assert is_patched(model.known) and not is_patched(model.other)

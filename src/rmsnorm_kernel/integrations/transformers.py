@@ -74,6 +74,7 @@ from torch import nn
 from ..contract import FLOAT32_MAX, FLOAT32_TINY
 from ..function import rmsnorm
 from ..module import RMSNorm, rms_norm
+from . import instance_forward
 from .fused_residual import DECODER_SOURCES, FUSABLE_RULES, fused_decoder_forward
 from .patched_eps import ContractError, eps_of, named
 
@@ -571,6 +572,13 @@ def patch(
         if convention is None:
             skipped.append(f"{type(module).__name__} at '{path}'")
             continue
+        if (why := instance_forward.problem(module)) is not None:
+            if not allow_unknown:
+                raise UnsupportedNormError(
+                    f"{type(module).__name__} at '{path}': {why} (allow_unknown=True leaves it)"
+                )
+            skipped.append(f"{type(module).__name__} at '{path}' (forward set on the instance)")
+            continue
         if convention.name in FUSABLE_RULES:
             rule_norms.add(id(module))
         todo.append((module, convention.name))
@@ -580,6 +588,10 @@ def patch(
                 continue
             try:
                 _check_fusable(path, layer, rule_norms)
+                if (why := instance_forward.problem(layer)) is not None:
+                    raise UnsupportedNormError(
+                        f"fuse_residual: {type(layer).__name__} at '{path}': {why}"
+                    )
             except UnsupportedNormError:
                 if not allow_unknown:
                     raise
@@ -587,7 +599,9 @@ def patch(
                 continue
             todo.append((layer, FUSED_RULE))
     for module, rule in todo:
-        module.__class__ = _kernel_class(type(module), rule)
+        original = type(module)
+        module.__class__ = _kernel_class(original, rule)
+        instance_forward.rebind(module, original)  # accelerate's hook: runs the kernel now
     if inductor_fusion:
         from .. import inductor_fusion as fusion  # here: it imports Inductor (about a second)
 
@@ -622,6 +636,8 @@ def unpatch(model: nn.Module) -> int:
     count = 0
     for module in model.modules():
         if _is_patched(module):
-            module.__class__ = type(module)._rmsnorm_kernel_original
+            kernel_class = type(module)
+            module.__class__ = kernel_class._rmsnorm_kernel_original
+            instance_forward.rebind(module, kernel_class)
             count += 1
     return count
