@@ -110,6 +110,18 @@ class SignalAt(L.Callback):
         setattr(self, hook, fire)
 
 
+class DamagedIndex(L.Callback):
+    """Writes ``text`` into ``path`` (the checkpoint dir's index.json) once training starts: the
+    index passed the pre-fit check and is unreadable by the time the export adds to it."""
+
+    def __init__(self, path: str, text: str = "") -> None:
+        self.path, self.text = Path(path), text
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.text)
+
+
 class FileInTheWay(L.Callback):
     """Puts a file where ``path`` (the checkpoint dir) should be once training starts: the dir
     passed the pre-fit check and is unusable by the time the export is written."""

@@ -160,3 +160,17 @@ def test_a_provider_that_cannot_be_imported_is_named_in_the_error(monkeypatch):
     monkeypatch.setattr(builders, "_provider_errors", {})
     with pytest.raises(builders.SpecError, match=r"no_such_provider not importable \(Module"):
         builders.check_spec({"builder": "gpt"})
+
+
+def test_a_diverged_nets_file_is_refused(reference_file, tmp_path):
+    """NaN weights reload as NaN, bit for bit: check-checkpoints used to pass such a file (a
+    diverged run's) as a reproducible result."""
+    with safe_open(str(reference_file), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta = dict(f.metadata())
+    name = next(k for k, v in tensors.items() if v.is_floating_point() and "weight" in k)
+    tensors[name] = torch.full_like(tensors[name], float("nan"))
+    bad = tmp_path / "diverged.safetensors"
+    save_file(tensors, str(bad), metadata=meta)
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}' holds NaN or inf"):
+        verify_checkpoint(bad)

@@ -66,6 +66,14 @@ def test_one_axis_sweep_is_one_group(trained_pair, tmp_path, settings):
     assert saved["passed"] is True and saved["failed"] == []
 
 
+def test_a_curve_no_run_logged_is_an_error_not_an_empty_plot(trained_pair, tmp_path, settings):
+    """A misspelled compare.curve used to PASS with empty axes (the curve check, not a default
+    one, is what would refuse it); nothing is written."""
+    with pytest.raises(ComparisonError, match=r"compare.curve='train/los': not logged by 2 of 2"):
+        compare_runs(_dirs(trained_pair), tmp_path / "out", {**settings, "curve": "train/los"})
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_check_above_its_tolerance_fails_the_group(trained_pair, tmp_path, settings):
     result = compare_runs(_dirs(trained_pair), tmp_path, {**settings, "initial_error_tolerance": 0})
     assert result["passed"] is False and result["groups"][0]["passed"] is False

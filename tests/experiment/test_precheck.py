@@ -513,3 +513,21 @@ def test_auto_does_not_resume_a_stopped_run_a_finished_run_resumed_already(tmp_p
     assert find_resumable(cfg, tmp_path) is None
     (finished / "metrics.json").write_text(json.dumps({"resumed_from": None}))  # a fresh run
     assert find_resumable(cfg, tmp_path) == stopped
+
+
+def test_auto_says_which_unreadable_checkpoint_it_skips(tmp_path, caplog):
+    """A damaged last.ckpt (whose branch cannot be read) is skipped by `ckpt_path=auto`, as
+    before, but no longer silently: a warning names it, once."""
+    from rmsnorm_kernel.experiment.core.identity import find_resumable
+
+    stopped = _last_ckpt(tmp_path / "a" / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    damaged = tmp_path / "b" / "lightning_checkpoints" / "last.ckpt"
+    damaged.parent.mkdir(parents=True)
+    data = stopped.read_bytes()
+    damaged.write_bytes(data[: len(data) // 2])
+    cfg = compose_cfg([SMALL], small=False)
+    with caplog.at_level("WARNING", logger="rmsnorm_kernel"):
+        assert find_resumable(cfg, tmp_path) == stopped
+        assert find_resumable(cfg, tmp_path) == stopped
+    said = [r.getMessage() for r in caplog.records if "skipping an unreadable" in r.getMessage()]
+    assert len(said) == 1 and str(damaged) in said[0], said

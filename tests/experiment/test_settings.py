@@ -40,6 +40,28 @@ REFUSED = [
         "exercise is a command-set config (python -m rmsnorm_kernel.cli exercise); training "
         "takes none: drop +exercise=...",
     ),
+    (  # 0 failed inside Lightning's fit loop (ZeroDivisionError), after the run dir was made
+        "trainer.val_check_interval=0",
+        "trainer.val_check_interval must be null, an integer >= 1 (steps) or a float in (0, 1] "
+        "(a fraction of an epoch) (got 0)",
+    ),
+    (
+        "trainer.val_check_interval=1.5",
+        "trainer.val_check_interval must be null, an integer >= 1 (steps) or a float in (0, 1] "
+        "(a fraction of an epoch) (got 1.5)",
+    ),
+    (
+        "trainer.deterministic=maybe",
+        "trainer.deterministic must be true, false, warn or null (got 'maybe')",
+    ),
+    ("dataset.noise=nan", "dataset.noise must be a finite number >= 0 (got nan)"),
+    ("dataset.noise=-1", "dataset.noise must be a finite number >= 0 (got -1)"),
+    ("dataset.teacher_hidden=0", "dataset.teacher_hidden must be an integer >= 1 (got 0)"),
+    ("dataset.seed=-1", "dataset.seed must be an integer in [0, 4294967295] (got -1)"),
+    (
+        "dataset.shuffle_seed=abc",
+        "dataset.shuffle_seed must be an integer in [0, 4294967295] (got 'abc')",
+    ),
     (
         "garbage",
         "override 'garbage' must be key=value, +key=value or ~key (Hydra: missing "
@@ -124,6 +146,60 @@ def test_an_unusable_checkpoint_dir_is_refused_before_fit(where, tmp_path):
         f"paths.checkpoint_dir must be a writable directory; {target} {rule}"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]  # no run dir either
+
+
+def test_the_llama_datasets_successors_are_checked_against_its_vocabulary(
+    tmp_path, monkeypatch, capsys
+):
+    """Checked in the data module only, after Hydra had written the run dir."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main(["experiment=llama", "dataset.vocab_size=2"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: dataset.successors must be an integer in [1, 2] (got 4)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_damaged_checkpoint_index_is_refused_before_training(tmp_path):
+    """An empty or damaged checkpoints/index.json used to fail the export after training, losing
+    the run (no metrics.json, no last.ckpt) and leaving a .tmp file behind."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "index.json").write_text("")
+    cfg = compose_cfg([f"paths.checkpoint_dir={ckpt}"], tmp_path)
+    with pytest.raises(SettingsError, match=r"^paths\.checkpoint_dir: .*index\.json: not a "):
+        train(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no run dir
+
+
+def test_an_index_damaged_during_training_fails_the_export_keeping_the_run(tmp_path):
+    """Damaged after the pre-fit check: the export fails as a failed export (metrics.json with
+    export_error, last.ckpt kept) and leaves no .tmp or unlisted file in the checkpoint dir."""
+    ckpt = tmp_path / "ckpt"
+    damage = ["+callbacks.damage._target_=experiment_helpers.DamagedIndex"]
+    damage += [f"+callbacks.damage.path={ckpt / 'index.json'}"]
+    with pytest.raises(ExportFailed, match="index.json: not a checkpoint index"):
+        run(tmp_path, "norm=torch", "trainer.max_steps=3", f"paths.checkpoint_dir={ckpt}", *damage)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert "not a checkpoint index" in metrics["export_error"]
+    assert (tmp_path / "run" / "lightning_checkpoints" / "last.ckpt").is_file()
+    left = sorted(p.name for p in ckpt.iterdir())
+    assert left == ["index.json", "index.json.lock"]  # (the lock file stays, as always)
+
+
+def test_a_diverged_run_exports_nothing(tmp_path):
+    """A run whose weights went NaN used to be exported and indexed before its test check
+    failed, and check-checkpoints then passed the file (NaN reloads as NaN, bit for bit)."""
+    from rmsnorm_kernel.experiment.core.callbacks import CheckFailed
+
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(CheckFailed, match="not finite"):
+        run(tmp_path, "norm=torch", "trainer.max_steps=2", "model.optimizer.lr=1e30",
+            f"paths.checkpoint_dir={ckpt}")  # fmt: skip
+    assert not ckpt.exists() or not any(ckpt.glob("*.safetensors"))
+    assert (tmp_path / "run" / "lightning_checkpoints" / "last.ckpt").is_file()
 
 
 def test_a_failed_export_keeps_metrics_json_and_last_ckpt(tmp_path):

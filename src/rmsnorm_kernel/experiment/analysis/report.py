@@ -48,6 +48,18 @@ LM_KEYS = (*PERF, "device", "speed_ratio", "memory_ratio")
 LM_CURVE_KEYS = ("max_curve_delta", "curve_steps", "curve_passed")
 
 
+def _check_curve_logged(runs: list, tag: str) -> None:
+    """The PNG's curve (``compare.curve``) must be one every run logged: a misspelled tag used to
+    PASS with empty axes (the curve check, which would refuse it, is not a default check)."""
+    missing = [str(r.dir) for r in runs if tag not in r.curves]
+    if missing and any(r.curves for r in runs):  # (runs without a logger log no curve at all)
+        logged = sorted(set().union(*(r.curves for r in runs)))
+        raise ComparisonError(
+            f"compare.curve={tag!r}: not logged by {len(missing)} of {len(runs)} runs "
+            f"(first {missing[0]}); logged curves: {', '.join(logged) or 'none'}"
+        )
+
+
 def output_name(name: str, suffix: str = "") -> str:
     """``name`` with ``suffix`` before its extension (``comparison.json`` ->
     ``comparison_rejudged.json``)."""
@@ -104,6 +116,7 @@ def compare_runs(
     for result, s in zip(results, judged, strict=True):
         result["tolerances"] = _tolerances(s)
     settings = judged[0]  # the table, PNG and top-level fields: the first group's
+    _check_curve_logged(runs, settings["curve"])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     curves_path, comparison_path, report_path = (

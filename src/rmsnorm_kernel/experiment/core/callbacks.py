@@ -158,6 +158,17 @@ class SafetensorsCheckpoint(L.Callback):
     def _export(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         net: nn.Module = pl_module.net
         test_inputs = trainer.datamodule.splits["test"][0]
+        kept = (
+            "the trained state is kept in last.ckpt"
+            if trainer.checkpoint_callback is not None
+            else "checkpointing is off (trainer.enable_checkpointing=false): no last.ckpt"
+        )
+        diverged = [k for k, v in net.state_dict().items() if not bool(torch.isfinite(v).all())]
+        if diverged:  # (a NaN net reloads "bit for bit" too: it must not be listed as a result)
+            raise ExportFailed(
+                f"the trained net holds NaN or inf (the run diverged) in {diverged[:3]}: nothing "
+                f"exported to {self.directory}; {kept}"
+            )
         tmp = self.directory / f".{self.stem}.{os.getpid()}.tmp"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -165,31 +176,34 @@ class SafetensorsCheckpoint(L.Callback):
         except OSError as e:
             if tmp.parent.is_dir():
                 tmp.unlink(missing_ok=True)
-            kept = (
-                "the trained state is kept in last.ckpt"
-                if trainer.checkpoint_callback is not None
-                else "checkpointing is off (trainer.enable_checkpointing=false): no last.ckpt"
-            )
             raise ExportFailed(
                 f"paths.checkpoint_dir {self.directory}: the export could not be written "
                 f"({e.strerror or e}); {kept}"
             ) from e
         digest = sha256_of(tmp)
-        with index.locked(self.directory):
-            # (a name index.json lists stays taken after its file is deleted: a new name then)
-            path = unique_path(self.directory, self.stem, index.read_index(self.directory))
-            publish(tmp, path)
-            index.add_entry(
-                self.directory,
-                path.name,
-                {
-                    "run_dir": self.run_dir,
-                    "config_hash": self.metadata["config_hash"],
-                    "sha256": digest,
-                    "norm": self.metadata["norm"],
-                    "seed": int(self.metadata["seed"]),
-                },
-            )
+        try:
+            with index.locked(self.directory):
+                # (a name index.json lists stays taken after its file is deleted: a new name then)
+                path = unique_path(self.directory, self.stem, index.read_index(self.directory))
+                publish(tmp, path)
+                try:
+                    index.add_entry(
+                        self.directory,
+                        path.name,
+                        {
+                            "run_dir": self.run_dir,
+                            "config_hash": self.metadata["config_hash"],
+                            "sha256": digest,
+                            "norm": self.metadata["norm"],
+                            "seed": int(self.metadata["seed"]),
+                        },
+                    )
+                except BaseException:
+                    path.unlink(missing_ok=True)  # not listed in the index: not kept either
+                    raise
+        except index.IndexFileError as e:  # e.g. index.json damaged since the run started
+            tmp.unlink(missing_ok=True)
+            raise ExportFailed(f"{e}: nothing exported; {kept}") from e
         try:
             checked = verify_checkpoint(
                 path, device=str(pl_module.device), sha256=digest, trained=net

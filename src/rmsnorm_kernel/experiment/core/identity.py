@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from .settings import SettingsError
+
+log = logging.getLogger("rmsnorm_kernel")
 
 #: Keys that say where outputs go, not what is trained or measured.
 UNHASHED = ("paths", "callbacks", "logger", "config_hash", "run_label")
@@ -273,6 +276,10 @@ def _resumed_by_finished_runs(root: Path) -> set[Path]:
     return consumed
 
 
+#: Unreadable last.ckpt files find_resumable has warned about (once each per process).
+_SKIPPED: set[Path] = set()
+
+
 def find_resumable(cfg: DictConfig, root: Path, exclude: Path | None = None) -> Path | None:
     """``ckpt_path=auto``: the newest ``last.ckpt`` under ``root`` of a run of this branch and
     config that did not finish (no ``metrics.json`` beside its ``lightning_checkpoints/``) and
@@ -294,7 +301,10 @@ def find_resumable(cfg: DictConfig, root: Path, exclude: Path | None = None) -> 
             continue
         try:
             identity = read_identity(path)
-        except ResumeRefused:
+        except ResumeRefused as e:  # unreadable: whose it is cannot be told; said, not resumed
+            if path.resolve() not in _SKIPPED:
+                _SKIPPED.add(path.resolve())
+                log.warning("ckpt_path=auto: skipping an unreadable checkpoint: %s", e)
             continue
         if (
             identity

@@ -245,6 +245,65 @@ COMMAND_SET_GROUPS = {
 }
 
 
+def check_checkpoint_index(directory: Path) -> None:
+    """The checkpoint dir's ``index.json``, if any, must be one the export can add to: checked
+    before training, not after it (a damaged index used to fail the export at the end)."""
+    from ..exports.index import IndexFileError, checked_entries, index_path
+
+    if not index_path(directory).exists():
+        return
+    try:
+        checked_entries(directory)
+    except IndexFileError as e:
+        raise SettingsError(
+            f"paths.checkpoint_dir: {e}; repair or move it (rmsnorm-cli check-checkpoints reads "
+            "it) or use another paths.checkpoint_dir"
+        ) from None
+
+
+def _dataset(cfg: Any) -> None:
+    """The synthetic datasets' own values (mlp/data.py, lm/data.py), which they would refuse,
+    or silently misuse, only once the run dir is written."""
+    for key in ("seed", "shuffle_seed"):
+        _integer(cfg, f"dataset.{key}", 0, MAX_SEED)
+    for key in ("in_features", "out_features", "teacher_hidden", "vocab_size", "seq_len"):
+        _integer(cfg, f"dataset.{key}", 1)
+    present, noise = _get(cfg, "dataset.noise")
+    if present:
+        ok = isinstance(noise, int | float) and not isinstance(noise, bool)
+        if not ok or not math.isfinite(noise) or noise < 0:
+            raise SettingsError(f"dataset.noise must be a finite number >= 0 (got {noise!r})")
+    present, vocab = _get(cfg, "dataset.vocab_size")
+    if present:
+        _integer(cfg, "dataset.successors", 1, vocab)
+
+
+def _validation_cadence(cfg: Any) -> None:
+    """``trainer.val_check_interval`` as Lightning takes it (a step count >= 1, or a fraction of
+    an epoch in (0, 1]; 0 used to fail inside the fit loop with a ZeroDivisionError) and
+    ``trainer.deterministic`` (true, false, "warn" or null; any other string was taken as
+    true)."""
+    present, every = _get(cfg, "trainer.val_check_interval")
+    if present and every is not None:
+        if isinstance(every, bool) or not isinstance(every, int | float):
+            ok = False
+        elif isinstance(every, int):
+            ok = every >= 1
+        else:
+            ok = 0.0 < every <= 1.0
+        if not ok:
+            raise SettingsError(
+                "trainer.val_check_interval must be null, an integer >= 1 (steps) or a float in "
+                f"(0, 1] (a fraction of an epoch) (got {every!r})"
+            )
+    present, deterministic = _get(cfg, "trainer.deterministic")
+    if present and not (deterministic is None or isinstance(deterministic, bool)):
+        if deterministic != "warn":
+            raise SettingsError(
+                f"trainer.deterministic must be true, false, warn or null (got {deterministic!r})"
+            )
+
+
 def check_train_config(
     cfg: Any,
     paths: bool = True,
@@ -293,6 +352,8 @@ def check_train_config(
             f"dataset.batch_size must be <= dataset.n_train ({n_train}): a step takes a full "
             f"batch (got {batch})"
         )
+    _dataset(cfg)
+    _validation_cadence(cfg)
     _positive_number(cfg, "model.optimizer.lr")
     check_target_arguments(cfg)
     _throughput_warmup(cfg)
@@ -319,7 +380,9 @@ def check_train_config(
         run_dir, run_dir_key = _path(cfg, "paths.output_dir"), "paths.output_dir"
     if run_dir is not None:
         check_writable_dir(Path(run_dir), run_dir_key)
-    check_writable_dir(_path(cfg, "paths.checkpoint_dir"), "paths.checkpoint_dir")
+    checkpoint_dir = _path(cfg, "paths.checkpoint_dir")
+    check_writable_dir(checkpoint_dir, "paths.checkpoint_dir")
+    check_checkpoint_index(checkpoint_dir)
     check_ckpt_path(cfg, run_dir)
     if run_dir is not None:
         check_run_dir(cfg, Path(run_dir), run_dir_key)

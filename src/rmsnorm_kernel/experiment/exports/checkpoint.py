@@ -483,6 +483,9 @@ def verify_checkpoint(
     for name, value in net.state_dict().items():
         if not bitwise_equal(value, weights[name]):
             raise CheckpointError(f"{path}: tensor {name!r} changed on reload")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            # NaN reloads as NaN, bit for bit: a diverged run's file must not pass as a result
+            raise CheckpointError(f"{path}: tensor {name!r} holds NaN or inf (a diverged run)")
     tensor_diff = 0.0
     if trained is not None:
         reference = trained.state_dict()
