@@ -531,3 +531,19 @@ def test_auto_says_which_unreadable_checkpoint_it_skips(tmp_path, caplog):
         assert find_resumable(cfg, tmp_path) == stopped
     said = [r.getMessage() for r in caplog.records if "skipping an unreadable" in r.getMessage()]
     assert len(said) == 1 and str(damaged) in said[0], said
+
+
+def test_a_stopped_runs_dir_is_taken_only_to_resume_it(tmp_path, monkeypatch, capsys):
+    """Training into a stopped run's dir without resuming it used to overwrite its last.ckpt
+    (its only saved progress; another branch's run made its printed resume command fail)."""
+    run_dir = tmp_path / "stopped"
+    last = _last_ckpt(run_dir / "lightning_checkpoints" / "last.ckpt", [SMALL], 3)
+    monkeypatch.chdir(tmp_path)
+    for extra in (["norm=torch"], [], ["ckpt_path=auto"]):
+        said = _refused([SMALL, *extra, f"hydra.run.dir={run_dir}"], capsys)
+        assert said == (
+            f"hydra.run.dir: {run_dir} holds a stopped run's last.ckpt, which this run would "
+            f"overwrite: resume it with ckpt_path={last}, or choose another dir"
+        )
+    assert sorted(p.name for p in run_dir.iterdir()) == ["lightning_checkpoints"]
+    precheck([SMALL, "trainer.max_steps=4", f"ckpt_path={last}", f"hydra.run.dir={run_dir}"])

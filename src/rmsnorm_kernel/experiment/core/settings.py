@@ -266,7 +266,8 @@ def _dataset(cfg: Any) -> None:
     or silently misuse, only once the run dir is written."""
     for key in ("seed", "shuffle_seed"):
         _integer(cfg, f"dataset.{key}", 0, MAX_SEED)
-    for key in ("in_features", "out_features", "teacher_hidden", "vocab_size", "seq_len"):
+    # (vocab_size and seq_len: the net's check names them, as its sizes' source)
+    for key in ("in_features", "out_features", "teacher_hidden"):
         _integer(cfg, f"dataset.{key}", 1)
     present, noise = _get(cfg, "dataset.noise")
     if present:
@@ -274,7 +275,7 @@ def _dataset(cfg: Any) -> None:
         if not ok or not math.isfinite(noise) or noise < 0:
             raise SettingsError(f"dataset.noise must be a finite number >= 0 (got {noise!r})")
     present, vocab = _get(cfg, "dataset.vocab_size")
-    if present:
+    if present and isinstance(vocab, int) and not isinstance(vocab, bool) and vocab >= 1:
         _integer(cfg, "dataset.successors", 1, vocab)
 
 
@@ -637,20 +638,32 @@ FINISHED = "metrics.json"
 
 
 def check_run_dir(cfg: Any, run_dir: Path, key: str = "paths.output_dir") -> None:
-    """A run's dir must not hold a finished run (its ``metrics.json``): training into it would
-    overwrite that run's results. Allowed: a new dir, a stopped run's (resumed into, no
-    ``metrics.json``), and a finished run's when ``ckpt_path`` is that run's own ``last.ckpt``
-    (training it on, explicitly).
+    """A run's dir must not hold a finished run (its ``metrics.json``) or a stopped one's
+    ``last.ckpt``: training into it would overwrite that run's results or its only saved
+    progress. Allowed: a new dir (or one holding neither), and a stopped or finished run's when
+    ``ckpt_path`` is that run's own ``last.ckpt`` (resuming it, or training it on, explicitly).
 
     Raises :class:`SettingsError` naming ``key`` (``hydra.run.dir`` or ``paths.output_dir``)."""
     run_dir = Path(run_dir)
-    if not (run_dir / FINISHED).exists():
-        return
     own = run_dir / "lightning_checkpoints" / "last.ckpt"
     _, ckpt = _get(cfg, "ckpt_path")
-    if isinstance(ckpt, str) and ckpt != "auto" and own.is_file():
-        if Path(ckpt).resolve() == own.resolve():
-            return
+    resumes_own = (
+        isinstance(ckpt, str)
+        and ckpt != "auto"
+        and own.is_file()
+        and Path(ckpt).resolve() == own.resolve()
+    )
+    if not (run_dir / FINISHED).exists():
+        if own.is_file() and not resumes_own:
+            # A stopped run's only copy of its progress: this run would write over it (another
+            # branch's, or a fresh start of the same one), and its printed resume command fail.
+            raise SettingsError(
+                f"{key}: {run_dir} holds a stopped run's {own.name}, which this run would "
+                f"overwrite: resume it with ckpt_path={own}, or choose another dir"
+            )
+        return
+    if resumes_own:
+        return
     on = f", or train that run on with ckpt_path={own}" if own.is_file() else ""
     raise SettingsError(
         f"{key} must be a new directory or a stopped run's; {run_dir} already holds a finished "
