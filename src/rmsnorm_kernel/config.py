@@ -515,7 +515,14 @@ class BackwardConfig:
     newer, see PDL); no value changes; ``strided`` (TMA only): program ``p`` of ``groups`` takes
     the row tiles ``p, p + groups, ...`` instead of one block of ``rows_per_program`` rows, which
     is then the most rows one program takes (BWD_TMA_STRIDED); dweight's bits depend on it, and
-    stay the same from run to run.
+    stay the same from run to run. ``cluster``: 0, or each program is a thread-block cluster of
+    ``cluster`` CTAs made by the launch (``kernels.rmsnorm_backward_cluster_kernel``; Hopper and
+    newer, any supported Triton; 1 through the interpreter), CTA ``k`` holding columns ``k *
+    block ...`` of each row: ``cluster == cdiv(N, block)``, ``one_tile`` False, the sum finish,
+    one row a step, no pipelining, TMA, dw_columns, strided or ``ctas``. Wide rows are then read
+    once, where the column tiles read them twice (after the row-dot launch). ``prefetch``
+    (``cluster`` only): each CTA loads its chunk of the next row's x and dy before the meeting
+    (more registers; no value changes; not where dy comes in parts).
     """
 
     block: int
@@ -534,6 +541,8 @@ class BackwardConfig:
     dw_rows: int = 0
     pdl: bool = False
     strided: bool = False
+    cluster: int = 0
+    prefetch: bool = False
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -551,6 +560,12 @@ class BackwardConfig:
             raise ContractValueError(
                 "BackwardConfig.groups and rows_per_program must be >= 1 "
                 f"(got {self.groups}, {self.rows_per_program})"
+            )
+        if self.cluster:
+            self._check_cluster(n)
+        elif self.prefetch:
+            raise ContractValueError(
+                "BackwardConfig.prefetch needs cluster > 0 (got prefetch=True, cluster=0)"
             )
         if self.strided:
             self._check_strided(m)
@@ -607,6 +622,36 @@ class BackwardConfig:
                     f"BackwardConfig.tma needs 16 <= N <= {TMA_CHUNK * TMA_CHUNK} (got N={n})"
                 )
 
+    def _check_cluster(self, n: int) -> None:
+        """The rules of ``cluster`` (see the class docstring)."""
+        if isinstance(self.cluster, bool) or not 0 < self.cluster <= MAX_CLUSTER:
+            raise ContractValueError(
+                f"BackwardConfig.cluster must be 0 (off) or 1 to {MAX_CLUSTER}, the CTAs of a "
+                f"portable thread-block cluster (got {self.cluster!r})"
+            )
+        if self.cluster != -(-n // self.block):
+            raise ContractValueError(
+                "BackwardConfig.cluster splits each row over cluster CTAs of block columns: "
+                f"cluster == cdiv(N, block) (got cluster={self.cluster}, block={self.block}, "
+                f"N={n})"
+            )
+        others = {
+            "one_tile": self.one_tile,
+            "tree": self.tree,
+            "stages > 1": self.stages > 1,
+            "rows > 1": self.rows > 1,
+            "ctas > 1": self.ctas > 1,
+            "tma": self.tma,
+            "dw_columns": bool(self.dw_columns),
+            "strided": self.strided,
+        }
+        taken = [name for name, on in others.items() if on]
+        if taken:
+            raise ContractValueError(
+                f"BackwardConfig.cluster takes none of {', '.join(taken)} (the cluster kernel "
+                "walks one row a step and finishes dweight with the sum launch)"
+            )
+
     def _check_strided(self, m: int) -> None:
         """The rules of ``strided``: TMA only, and ``groups`` programs dealt row tiles round
         robin, each at least one, ``rows_per_program`` the most rows one of them takes."""
@@ -655,6 +700,36 @@ FWD_CLUSTERS = {65536: (8, 8)}
 #: 910.7 vs 173.5 / 337.1 / 1291.8. Not at 16384 (161.6 vs 145.8), 65536 (215.8+ vs 171.1,
 #: 793.4+ vs 641.4), nor 20000 columns in a 32768 block (131.2 vs 115.8).
 BWD_CLUSTERS = {32768: (2, 16, 1)}
+#: Wide rows whose backward splits each row over a launch-made cluster (BackwardConfig.cluster;
+#: any supported Triton, Hopper and newer), keyed by (row block, bytes per value of x and dy):
+#: (block a CTA, warps, CTAs an SM, prefetch). Only past F64_ROWS_MAX_ELEMS (float32 dweight
+#: rows). x and dy are read once instead of twice (the row-dot launch, then the column tiles).
+#: Backward alone, graph replay, H100, medians of 3 interleaved rounds
+#: (experiments/kernel_perf/bwd_cluster_tune.py, 45th session; results/2026-12-06e_cluster_bwd):
+#:   bf16 2048 x 32768 over 2 CTAs of 16384 columns at 32 warps (64 registers, one CTA an SM):
+#:   173.3 us against 237.1 for the column tiles (16 warps: 177.2; 4 x 8192 or 8 x 4096: 203.7+);
+#:   float32 1024 x 65536 over 8 CTAs of 8192 at 32 warps, the next row loaded early: 446.0
+#:   against 463.9 (without prefetch 484.7).
+#: Second run, the plans against the column tiles (bwd_cluster3.txt): bf16 32768 columns at
+#: 1024 / 2048 / 8192 rows 91.4 / 172.9 / 617.7 us against 124.9 / 237.2 / 910.9; ragged 2048 x
+#: 24576 141.0 against 179.6; fp16 2048 x 32768 223.1 against 236.6 (float16's widening from
+#: its bits spills 6 registers); float32 2048 x 32768 over 2 x 16384 at 32 warps 372.1 against
+#: 457.0 (24 registers spilled); float32 65536 at 1024 / 4096 rows 447.1 / 1746.0 against
+#: 462.2 / 1810.7. Lost at 256 rows (bf16 256 x 32768: 33.3 against 32.6, four rows a cluster):
+#: from BWD_CLUSTER_MIN_M rows only (512 not measured). On an H200 (one bench run, graph replay,
+#: fwd + bwd, experiments/kernel_vs_peers/results/h200_2026-12-06e): bf16 2048 x 32768 208.1 us
+#: against 242.5 with the column tiles (H200 bench of 2026-12-05; quack 253.6 there).
+#: Not bf16 65536 (best 4 x 16384 at 32 warps: 999.4 us against 916.7 at 4096 rows, 267.6
+#: against 241.5 at 1024) nor 131072 (8 x 16384: 281.1 against 250.0 at 512 rows): the column
+#: tiles move 5/3 of the bytes at ~2.9 TB/s, while each row step of a cluster waits for its
+#: slowest CTA with nothing else in flight on the SM (one CTA an SM), more so with 4 or 8 CTAs a
+#: row than with 2 (8.1 us a step of 16384 columns a CTA over 4 CTAs, 5.4 over 2).
+BWD_CLUSTER_LAUNCH: dict[tuple[int, int], tuple[int, int, int, bool]] = {
+    (32768, 2): (16384, 32, 1, False),
+    (32768, 4): (16384, 32, 1, False),
+    (65536, 4): (8192, 32, 1, True),
+}
+BWD_CLUSTER_MIN_M = 1024
 
 
 def clusters_here(device_index: int | None) -> bool:
@@ -907,18 +982,27 @@ def check_forward_cluster(config: ForwardConfig, device_index: int | None) -> No
     """An explicit cluster config must be able to run here: clusters of more than one CTA need
     compiled kernels on a Hopper or newer NVIDIA GPU (the interpreter runs programs one after
     another: 1)."""
-    if config.cluster <= 1:
+    _check_cluster_here("ForwardConfig.cluster", config.cluster, device_index)
+
+
+def check_backward_cluster(config: BackwardConfig, device_index: int | None) -> None:
+    """:func:`check_forward_cluster`'s rule for ``BackwardConfig.cluster``."""
+    _check_cluster_here("BackwardConfig.cluster", config.cluster, device_index)
+
+
+def _check_cluster_here(name: str, cluster: int, device_index: int | None) -> None:
+    if cluster <= 1:
         return
     if device_index is None or BACKEND == "interpreter":
         raise ContractValueError(
-            "ForwardConfig.cluster > 1 needs compiled kernels on a GPU: Triton's interpreter "
-            "runs programs one after another, so a row's CTAs cannot meet (got "
-            f"cluster={config.cluster}; 1 runs the kernel here)"
+            f"{name} > 1 needs compiled kernels on a GPU: Triton's interpreter runs programs "
+            f"one after another, so a row's CTAs cannot meet (got cluster={cluster}; 1 runs "
+            "the kernel here)"
         )
     if not hopper(device_index):
         raise ContractValueError(
-            "ForwardConfig.cluster > 1 needs thread-block clusters: an NVIDIA GPU of compute "
-            f"capability 9.0 or newer (got cluster={config.cluster})"
+            f"{name} > 1 needs thread-block clusters: an NVIDIA GPU of compute capability 9.0 "
+            f"or newer (got cluster={cluster})"
         )
 
 
@@ -1187,6 +1271,17 @@ def _backward_geometry(
         return _tma_backward_config(m, n, device_index, tma_plan, per_sm)
     if n in BWD_CLUSTERS and not float64 and clusters_here(device_index):
         return _cluster_backward_config(m, n, device_index, per_sm)
+    # (after Triton's clusters, measured on the H200 where that Triton splits them; the two
+    # were not timed against each other)
+    launch_plan = BWD_CLUSTER_LAUNCH.get((triton.next_power_of_2(n), itemsize))
+    if (
+        launch_plan is not None
+        and not float64
+        and m >= BWD_CLUSTER_MIN_M
+        and m * n > F64_ROWS_MAX_ELEMS
+        and cluster_launch_here(device_index)
+    ):
+        return _launch_cluster_backward_config(m, n, device_index, launch_plan, per_sm)
     one_tile = n <= MAX_FUSED_N_BWD
     block = triton.next_power_of_2(n) if one_tile else BWD_TILE
     tiles = 1 if one_tile else triton.cdiv(n, block)
@@ -1273,6 +1368,23 @@ def _tma_backward_config(
         rows=rows,
         tma=True,
         strided=strided,
+    )
+
+
+def _launch_cluster_backward_config(
+    m: int, n: int, device_index: int, plan: tuple[int, int, int, bool], per_sm: int | None
+) -> BackwardConfig:
+    """The BWD_CLUSTER_LAUNCH plan ``(block, warps, CTAs an SM, prefetch)`` for ``m`` rows of
+    ``n``: ``cdiv(n, block)`` CTAs a row, a persistent grid of clusters, float32 dweight partials
+    summed by the sum launch."""
+    block, warps, plan_per_sm, prefetch = plan
+    c = triton.cdiv(n, block)
+    groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm) // c
+    groups = max(1, min(m, groups, DW_SCRATCH_BYTES // (n * 8)))
+    rows_per_program = triton.cdiv(m, groups)
+    groups = triton.cdiv(m, rows_per_program)
+    return BackwardConfig(
+        block, False, groups, rows_per_program, warps, False, False, cluster=c, prefetch=prefetch
     )
 
 

@@ -31,6 +31,7 @@ from .config import (
     ForwardConfig,
     backward_config,
     cap_split_grid,
+    check_backward_cluster,
     check_forward_cluster,
     check_forward_split,
     check_forward_stages,
@@ -68,6 +69,8 @@ BACKWARD = CachedKernel(kernels.rmsnorm_backward_kernel)
 BACKWARD_ROWS = CachedKernel(kernels.rmsnorm_backward_rows_kernel)
 BACKWARD_TMA = CachedKernel(kernels.rmsnorm_backward_tma_kernel)
 BACKWARD_COLUMNS = CachedKernel(kernels.rmsnorm_backward_columns_kernel)
+#: Launched as clusters of BackwardConfig.cluster CTAs, compiled for one (see CachedKernel).
+BACKWARD_CLUSTER = CachedKernel(kernels.rmsnorm_backward_cluster_kernel, cluster=True)
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel)
 #: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -505,6 +508,7 @@ def launch_backward(
     else:
         config.check(m, n)
         check_pdl("BackwardConfig.pdl", config.pdl, index)
+        check_backward_cluster(config, index)
         if config.tma and not (tma_ready(x2, sx) and tma_ready(dy2, sdy) and tma_ready(dx, n)):
             raise ContractValueError(
                 "BackwardConfig.tma needs x, dy and dx in float16, bfloat16 or float32 with "
@@ -532,7 +536,7 @@ def launch_backward(
     # Absent parts: dy itself as the placeholder pointer (never read: DY_PARTS is a constexpr).
     (dy_b, s_b), (dy_c, s_c) = (*dy_parts, (dy2, 0), (dy2, 0))[:2]
     mean_ux = rstd  # placeholder pointer when the row reduction happens in the tile kernel
-    if not one_tile:
+    if not one_tile and not config.cluster:
         mean_ux = torch.empty_like(rstd)
         ROW_DOT.launch(
             (m,),
@@ -561,7 +565,22 @@ def launch_backward(
     # The constexprs every backward kernel starts with (kernels.py: HAS_WEIGHT ... BLOCK).
     flags = (has_w, dh2 is not None, parts, sum_dtype, dx2_out is not None, llama)
     flags += (_TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
-    if config.tma:
+    if config.cluster:
+        c = config.cluster
+        c_pow2 = 1 << (c - 1).bit_length()
+        BACKWARD_CLUSTER.launch(
+            (groups,),  # the launcher makes groups clusters of c CTAs
+            (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, partial)
+            + (torch.empty(m * c_pow2, device=x2.device, dtype=acc) if c > 1 else rstd,)
+            + (sdy, sx, sdh, sw, s_b, s_c, m, n, config.rows_per_program),
+            offsets,
+            flags + (c, c_pow2, pdl, config.prefetch),
+            config.num_warps,
+            1,
+            index,
+            c,
+        )
+    elif config.tma:
         BACKWARD_TMA.launch(
             (groups,),
             (_rows_desc(dy2, m, sdy, config.rows), _rows_desc(x2, m, sx, config.rows))

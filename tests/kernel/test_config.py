@@ -4,6 +4,8 @@ config these produce in tests/kernel/test_gpu.py on the GPU."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -153,6 +155,7 @@ def test_wide_rows_take_clusters_only_where_triton_splits_them(h200, monkeypatch
     columns: whole rows over 2 CTAs (146.0 us vs 175.6 at 2048 rows); rows exactly that wide
     only. On Triton < 3.8, or off Hopper, the one-CTA geometry of before."""
     monkeypatch.setattr(config, "TRITON_VERSION", triton_version)
+    monkeypatch.setattr(config, "BWD_CLUSTER_LAUNCH", {})  # launch-made clusters: below
     clusters = triton_version >= config.CLUSTERS_MIN_TRITON
     fwd = config.forward_config(1024, 65536, 0)
     if clusters:
@@ -286,3 +289,54 @@ def test_wide_rows_split_over_cooperative_programs(h200, monkeypatch):
     monkeypatch.setattr(config, "BACKEND", "cuda")
     assert not config.cooperative_here(0)  # ROCm: no cooperative launch through Triton
     assert config.forward_config(512, 131072, 0, itemsize=2).split == 0
+
+
+def test_wide_backward_takes_a_launch_made_cluster_where_a_plan_is(h200, monkeypatch):
+    """BWD_CLUSTER_LAUNCH keyed by the row's power-of-two block and x / dy's bytes per value:
+    cdiv(N, block) CTAs a row, SMs * CTAs-an-SM / CTAs clusters walking the rows, the sum finish;
+    a valid config for ragged widths too. Not for float64 math, not up to F64_ROWS_MAX_ELEMS
+    (float64 dweight rows: twice the registers), not in the interpreter or off Hopper."""
+    monkeypatch.setattr(config, "BACKEND", "cuda")
+    monkeypatch.setattr(config, "BWD_CLUSTER_LAUNCH", {(65536, 2): (8192, 16, 1, True)})
+    cfg = config.backward_config(4096, 65536, 0, itemsize=2)
+    want = config.BackwardConfig(8192, False, 16, 256, 16, False, False, cluster=8, prefetch=True)
+    config.backward_config.cache_clear()
+    assert cfg == dataclasses.replace(want, pdl=config.pdl_here(0))
+    cfg.check(4096, 65536)
+    ragged = config.backward_config(4099, 40000, 0, itemsize=2)
+    assert (ragged.cluster, ragged.block, ragged.groups) == (5, 8192, 26)
+    ragged.check(4099, 40000)
+    assert config.backward_config(4096, 65536, 0, itemsize=4).cluster == 0  # no float32 plan
+    assert config.backward_config(4096, 65536, 0, True, itemsize=2).cluster == 0
+    assert config.backward_config(1023, 65536, 0, itemsize=2).cluster == 0  # BWD_CLUSTER_MIN_M
+    assert config.backward_config(1024, 65536, 0, itemsize=2).cluster == 8
+    assert config.backward_config(1024, 4096, 0, itemsize=2).cluster == 0  # no plan
+    monkeypatch.setattr(config, "BWD_CLUSTER_LAUNCH", {(2048, 2): (1024, 8, 1, False)})
+    config.backward_config.cache_clear()
+    assert config.backward_config(2048, 2048, 0, itemsize=2).cluster == 0  # 4M values: float64
+    assert config.backward_config(2049, 2048, 0, itemsize=2).cluster == 2
+    assert config.backward_config(4096, 65536, None, itemsize=2).cluster == 0
+    monkeypatch.setattr(config, "hopper", lambda index: False)
+    config.backward_config.cache_clear()
+    assert config.backward_config(4096, 65536, 0, itemsize=2).cluster == 0
+
+
+def test_the_measured_cluster_backward_plans(h200, monkeypatch):
+    """16-bit rows of 32768 columns: 2 CTAs of 16384 at 32 warps, one CTA an SM (H100 2048 x
+    32768 bf16 173.3 us against 237.1); float32 65536: 8 x 8192 at 32 warps with the next row
+    loaded early (446.0 against 463.9); 16-bit 65536 keeps the column tiles (lost there)."""
+    monkeypatch.setattr(config, "BACKEND", "cuda")
+    monkeypatch.setattr(config, "TRITON_VERSION", (3, 6))  # (3.8+: Triton's own clusters first)
+    bf16 = config.backward_config(2048, 32768, 0, itemsize=2)
+    got = (bf16.cluster, bf16.block, bf16.num_warps, bf16.groups, bf16.prefetch)
+    assert got == (2, 16384, 32, 64, False)
+    f32 = config.backward_config(1024, 65536, 0, itemsize=4)
+    got = (f32.cluster, f32.block, f32.num_warps, f32.groups, f32.prefetch)
+    assert got == (8, 8192, 32, 16, True)
+    f32_32k = config.backward_config(2048, 32768, 0, itemsize=4)
+    assert (f32_32k.cluster, f32_32k.block, f32_32k.num_warps) == (2, 16384, 32)
+    assert config.backward_config(4096, 65536, 0, itemsize=2).cluster == 0
+    assert config.backward_config(256, 32768, 0, itemsize=2).cluster == 0  # lost at 256 rows
+    bf16.check(2048, 32768)
+    f32.check(1024, 65536)
+    f32_32k.check(2048, 32768)
