@@ -74,7 +74,8 @@ def test_dweight_bitwise_deterministic_at_scale():
     assert torch.equal(grads[0], grads[1]) and torch.equal(grads[1], grads[2])
 
 
-@pytest.mark.parametrize("n", [65536, 256])  # 256: the several-rows backward (rows > 1)
+# 256: the several-rows backward (rows > 1); 32768: the cluster backward (BWD_CLUSTER_LAUNCH)
+@pytest.mark.parametrize("n", [65536, 32768, 256])
 def test_int64_offsets_over_2_31_elements(n):
     m = (2**31) // n + 3  # 3 rows past 2**31 elements
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
