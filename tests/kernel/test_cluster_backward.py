@@ -16,9 +16,15 @@ import functools
 
 import pytest
 import torch
-from kernel_helpers import assert_close, assert_graph_replays, oracle
+from kernel_helpers import (
+    assert_close,
+    assert_dweight_within_sum_bound,
+    assert_graph_replays,
+    oracle,
+)
 
-from rmsnorm_kernel import ops
+import rmsnorm_kernel as rk
+from rmsnorm_kernel import config, ops
 from rmsnorm_kernel.config import BackwardConfig
 from rmsnorm_kernel.contract import ContractValueError
 
@@ -202,3 +208,37 @@ def test_cluster_backward_wide_rows_and_graph_replay(dtype):
             _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
             call = functools.partial(ops.launch_backward, dy, x, w, rstd, 0.0, None, dtype)
             assert_graph_replays(functools.partial(call, config=cfg), (dx, dw), str(cfg))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "m,n,dtype", [(1024, 32768, BF16), (1100, 20000, torch.float16), (1024, 40000, torch.float32)]
+)
+def test_the_heuristic_takes_the_cluster_backward_through_autograd(m, n, dtype):
+    """Through ``rmsnorm`` and autograd, the shapes BWD_CLUSTER_LAUNCH takes on Hopper (16-bit
+    rows of 16385-32768 columns, ragged ones included; float32 rows of 32769-65536 with the next
+    row loaded early) run the cluster kernel: dx against float64, dweight within the float32
+    sum's bound (a float32 weight), both bitwise repeatable."""
+    if not torch.cuda.get_device_capability()[0] >= 9:
+        pytest.skip("needs thread-block clusters (compute capability 9.0 or newer)")
+    size = torch.empty(0, dtype=dtype).element_size()
+    if config.backward_config(m, n, torch.cuda.current_device(), itemsize=size).cluster == 0:
+        pytest.skip("this Triton's own clusters take these rows first (config.BWD_CLUSTERS)")
+    x = torch.randn(m, n, device="cuda").to(dtype)
+    # a float32 weight (F.rms_norm's rule: y and dy stay in x's dtype): dweight in float32, so
+    # the float32 sum's bound applies to it
+    w = 1 + 0.5 * torch.randn(n, device="cuda")
+    dy = torch.randn(m, n, device="cuda").to(dtype)
+    grads = []
+    for _ in range(2):
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        # (a cluster launch counts as cached each time, its first, compiling one included)
+        before = ops.BACKWARD_CLUSTER.launches["cached"]
+        rk.rmsnorm(xg, wg, 1e-6).backward(dy)
+        after = ops.BACKWARD_CLUSTER.launches["cached"]
+        assert after == before + 1, "the heuristic did not take the cluster backward"
+        grads.append((xg.grad, wg.grad))
+    _, _, dx_ref, _, _ = oracle(x, w, dy)
+    assert_close(grads[0][0], dx_ref, dtype, f"dx, {m}x{n} {dtype}")
+    assert_dweight_within_sum_bound(grads[0][1], x, dy)
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
