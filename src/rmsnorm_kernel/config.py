@@ -1379,13 +1379,22 @@ def _launch_cluster_backward_config(
     summed by the sum launch."""
     block, warps, plan_per_sm, prefetch = plan
     c = triton.cdiv(n, block)
-    groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm) // c
-    groups = max(1, min(m, groups, DW_SCRATCH_BYTES // (n * 8)))
-    rows_per_program = triton.cdiv(m, groups)
-    groups = triton.cdiv(m, rows_per_program)
+    groups, rows_per_program = _cluster_grid(m, n, device_index, plan_per_sm, per_sm, c, m)
     return BackwardConfig(
         block, False, groups, rows_per_program, warps, False, False, cluster=c, prefetch=prefetch
     )
+
+
+def _cluster_grid(
+    m: int, n: int, device_index: int, plan_per_sm: int, per_sm: int | None, ctas: int, most: int
+) -> tuple[int, int]:
+    """``(groups, rows_per_program)`` of a persistent grid of ``ctas``-CTA clusters: the SMs'
+    worth at ``per_sm`` (default ``plan_per_sm``) CTAs an SM, at most ``most`` clusters and as
+    many float64 partial rows as DW_SCRATCH_BYTES holds, none without rows."""
+    groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm) // ctas
+    groups = max(1, min(groups, DW_SCRATCH_BYTES // (n * 8), most))
+    rows_per_program = triton.cdiv(m, groups)
+    return triton.cdiv(m, rows_per_program), rows_per_program
 
 
 def _cluster_backward_config(
@@ -1395,10 +1404,8 @@ def _cluster_backward_config(
     persistent grid, the sum finish (clusters never take the tree: BackwardConfig.check)."""
     block = triton.next_power_of_2(n)
     ctas, warps, plan_per_sm = BWD_CLUSTERS[block]  # CTAs per SM: programs are clusters
-    groups = sm_count(device_index) * (plan_per_sm if per_sm is None else per_sm) // ctas
-    groups = max(1, min(groups, DW_SCRATCH_BYTES // (n * 8), max(1, m // MIN_ROWS_PER_PROGRAM)))
-    rows_per_program = triton.cdiv(m, groups)
-    groups = triton.cdiv(m, rows_per_program)
+    most = max(1, m // MIN_ROWS_PER_PROGRAM)
+    groups, rows_per_program = _cluster_grid(m, n, device_index, plan_per_sm, per_sm, ctas, most)
     dw_float64 = m * n <= F64_ROWS_MAX_ELEMS
     return BackwardConfig(
         block, True, groups, rows_per_program, warps, False, dw_float64, ctas=ctas
