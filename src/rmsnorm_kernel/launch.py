@@ -123,6 +123,14 @@ def without_cow(args: tuple) -> tuple:
     return tuple(_snapshot(a) if isinstance(a, torch.Tensor) and _IS_COW(a) else a for a in args)
 
 
+def uncow(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a :func:`_snapshot` of it where it is lazily cloned (copy-on-write): what
+    :func:`without_cow` does to one tensor, without building tuples."""
+    if _IS_COW is not None and _IS_COW(t):
+        return _snapshot(t)
+    return t
+
+
 def readable(t: torch.Tensor | None) -> torch.Tensor | None:
     """``t``, or where reading its address would copy its storage (:data:`COPY_COW_INPUTS`, a
     lazily cloned ``t``) a :func:`_snapshot` of it: the same values in the same layout, and
@@ -354,7 +362,11 @@ class CachedKernel:
         params = (grid[0], grid_1, 1, stream, function, packed, None, None, None)
         if layout.direct:
             args = (*ptrs, *ints)
-        else:  # Triton's launcher reads these tensors' data_ptr() itself (see without_cow)
+        elif _IS_COW is not None and any(map(_IS_COW, layout.tensors(args))):
+            # Triton's launcher reads these tensors' data_ptr() itself (see without_cow). Only
+            # the tensor positions are asked (a descriptor's base was swapped when it was made:
+            # ops._rows_desc); without_cow over every argument cost 5.4 us a launch on the CI
+            # CPU for the descriptor kernel's 19.
             args = without_cow(args)
         if torch._C._cuda_getDevice() != device_index:
             # Tensors on another GPU than the current one (a model split over GPUs in one

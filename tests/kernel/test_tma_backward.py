@@ -385,3 +385,33 @@ def test_tma_backward_leaves_copy_on_write_inputs_lazy():
     got = ops.launch_backward(*lazy, rstd, 0.0, None, x.dtype, config=cfg)
     assert [torch._C._is_cow_tensor(t) for t in lazy] == [True] * 3
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+@pytest.mark.parametrize(("n", "rows"), [(512, 4), (64, 8), (1024, 1)])
+def test_row_descriptors_after_the_first_equal_the_constructors(n, rows, monkeypatch):
+    """``ops._rows_desc`` builds the first descriptor of each (dtype, N, rows) with Triton's
+    constructor and copies its fields for later ones: every field of a copy (another base, M and
+    row stride; a lazily cloned base swapped for a snapshot) equals what the constructor makes."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    monkeypatch.setattr(ops, "_DESC_FIELDS", {})
+    chunk = min(n, ops.TMA_CHUNK)
+    a = torch.zeros(3, n, device=DEVICE, dtype=torch.bfloat16)
+    first = ops._rows_desc(a, 3, n, rows)
+    assert list(ops._DESC_FIELDS) == [(torch.bfloat16, n, rows)]
+    wide = torch.randn(7, 2 * n, device=DEVICE, dtype=torch.bfloat16)
+    for base in (wide[:, :n], torch._lazy_clone(wide)[:, :n]):
+        got = ops._rows_desc(base, 7, 2 * n, rows)
+        assert type(got) is TensorDescriptor
+        want = TensorDescriptor(
+            got.base, [7, n // chunk, chunk], [2 * n, chunk, 1], [rows, n // chunk, chunk]
+        )
+        assert vars(got).keys() == vars(want).keys() == vars(first).keys()
+        assert {k: v for k, v in vars(got).items() if k != "base"} == {
+            k: v for k, v in vars(want).items() if k != "base"
+        }
+        assert torch.equal(got.base, base) and not torch._C._is_cow_tensor(got.base)
+        assert got.block_shape is not first.block_shape  # no list shared between descriptors
+    # another dtype is another key: its first descriptor goes through the constructor's checks
+    with pytest.raises(AssertionError, match="16-byte aligned"):
+        ops._rows_desc(torch.zeros(4, n + 1, device=DEVICE)[:, 1:], 4, n + 1, rows)
