@@ -171,7 +171,11 @@ def tma_ready(t: torch.Tensor, row_stride: int) -> bool:
 #: base, shape and strides (which no validation here depends on but the base's and row stride's
 #: alignment, which tma_ready checks before any TMA launch, and M > 0, which launch_backward
 #: returns before): see :func:`_rows_desc`.
-_DESC_FIELDS: dict[tuple[torch.dtype, int, int], dict] = {}
+_DESC_FIELDS: dict[tuple[torch.dtype, int, int], dict | None] = {}
+#: The fields a descriptor may have for its copies to be made (Triton 3.6-3.9 have these): a
+#: Triton whose constructor sets anything else (it might derive it from the base) gets every
+#: descriptor from the constructor (a None in _DESC_FIELDS).
+_DESC_COPIED = frozenset({"shape", "strides", "block_shape", "padding", "round_f32_to_tf32"})
 _new_object = object.__new__
 
 
@@ -183,8 +187,9 @@ def _rows_desc(t: torch.Tensor, m: int, row_stride: int, rows: int) -> TensorDes
     constructor, whose checks (the box, the strides, the alignment) then hold for every later
     one of the same key but for the base and row stride, which the launchers check with
     :func:`tma_ready`: later ones are copies of its fields with the base, M and row stride
-    swapped in (2.5 against 4.6 us on the CI CPU; the TMA backward makes three a launch). The
-    copy keeps any field a Triton version adds (``round_f32_to_tf32`` in 3.9)."""
+    swapped in (2.5 against 4.6 us on the CI CPU; the TMA backward makes three a launch). Only
+    where its fields are the known ones (:data:`_DESC_COPIED`, ``round_f32_to_tf32`` from Triton
+    3.9): otherwise every descriptor comes from the constructor."""
     n = t.shape[-1]
     chunk = min(n, TMA_CHUNK)
     t = uncow(t)  # the launcher reads the base's data_ptr(): not of a COW input
@@ -194,7 +199,9 @@ def _rows_desc(t: torch.Tensor, m: int, row_stride: int, rows: int) -> TensorDes
         desc = TensorDescriptor(
             t, [m, n // chunk, chunk], [row_stride, chunk, 1], [rows, n // chunk, chunk]
         )
-        _DESC_FIELDS[key] = {k: v for k, v in vars(desc).items() if k != "base"}
+        if key not in _DESC_FIELDS:
+            fields = {k: v for k, v in vars(desc).items() if k != "base"}
+            _DESC_FIELDS[key] = fields if fields.keys() <= _DESC_COPIED else None
         return desc
     desc = _new_object(TensorDescriptor)
     state = vars(desc)

@@ -415,3 +415,24 @@ def test_row_descriptors_after_the_first_equal_the_constructors(n, rows, monkeyp
     # another dtype is another key: its first descriptor goes through the constructor's checks
     with pytest.raises(AssertionError, match="16-byte aligned"):
         ops._rows_desc(torch.zeros(4, n + 1, device=DEVICE)[:, 1:], 4, n + 1, rows)
+
+
+def test_row_descriptors_come_from_the_constructor_where_a_field_is_unknown(monkeypatch):
+    """A Triton whose descriptors carry a field ``_rows_desc`` does not know (it might be derived
+    from the base) gets every descriptor from the constructor, never a copy."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    made = []
+
+    class Counted(TensorDescriptor):
+        def __post_init__(self):
+            super().__post_init__()
+            self.base_address = self.base.data_ptr()  # a field derived from the base
+            made.append(self)
+
+    monkeypatch.setattr(ops, "TensorDescriptor", Counted)
+    monkeypatch.setattr(ops, "_DESC_FIELDS", {})
+    bases = [torch.randn(5, 512, device=DEVICE, dtype=torch.bfloat16) for _ in range(3)]
+    descs = [ops._rows_desc(b, 5, 512, 4) for b in bases]
+    assert made == descs and ops._DESC_FIELDS == {(torch.bfloat16, 512, 4): None}
+    assert [d.base_address for d in descs] == [b.data_ptr() for b in bases]
