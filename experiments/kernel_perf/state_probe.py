@@ -1,10 +1,11 @@
 """Does our forward's graph time depend on what ran before it? In the bench the 4096 x 4096 and
 16384 x 4096 bf16 forwards of ours took 21.7 / 87.9 us (H100) in the table and 24.3 / 91.2 in the
 curves after the wide shapes, in two runs (17.2 / 63.8 against 18.2 / 66.1 on the H200), while
-Liger's, quack's and compile's stayed within 1%. This times ours, F.rms_norm and Liger (if installed) at those
-shapes with the bench's graph timer, first on a fresh process, then after each of a list of
-disturbances (an eager wide fwd+bwd that grows the allocator's pool, the same after
-``torch.cuda.empty_cache()``, the bench's other table shapes), interleaved. Run on a GPU box:
+Liger's, quack's and compile's stayed within 1%. This times ours, F.rms_norm and Liger (if
+installed) at those shapes with the bench's graph timer, first on a fresh process, then after
+each of a list of disturbances (an eager wide fwd+bwd that grows the allocator's pool, the same
+after ``torch.cuda.empty_cache()``, the bench's other table shapes), interleaved. Run on a GPU
+box:
 
     PYTHONPATH=src python3 experiments/kernel_perf/state_probe.py [OUT.json]
 """
