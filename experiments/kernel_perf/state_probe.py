@@ -3,11 +3,15 @@
 curves after the wide shapes, in two runs (17.2 / 63.8 against 18.2 / 66.1 on the H200), while
 Liger's, quack's and compile's stayed within 1%. This times ours, F.rms_norm and Liger (if
 installed) at those shapes with the bench's graph timer, first on a fresh process, then after
-each of a list of disturbances (an eager wide fwd+bwd that grows the allocator's pool, the same
-after ``torch.cuda.empty_cache()``, the bench's other table shapes), interleaved. Run on a GPU
-box:
+each of a list of disturbances (the bench's other table shapes; the table's own first steps at
+a shape, ``Runner.errors`` and ``Runner.memory``; a float64 copy of x allocated and freed;
+``torch.cuda.empty_cache()``; an eager wide fwd+bwd), interleaved. Run on a GPU box:
 
     PYTHONPATH=src python3 experiments/kernel_perf/state_probe.py [OUT.json]
+
+Forty-seventh session (H100, ``results/h100_2026-12-06g_state/``): no step moved any of them
+(ours 24.1-24.8 / 91.1-91.5, Liger 24.7-25.1 / 91.3-91.8). The bench's fast state needs the
+compile peer: see ``placement_probe.py`` and ``../kernel_perf/README.md``.
 """
 
 from __future__ import annotations
@@ -64,18 +68,46 @@ def table_shapes() -> None:
     torch.cuda.synchronize()
 
 
+def errors_like(inp: Inputs) -> None:
+    """What the bench's table does first at a shape (``Runner.errors``): a float64 oracle of the
+    inputs, then ours eagerly under no_grad on the inputs themselves; the oracle is freed."""
+    from rmsnorm_kernel.reference import rmsnorm_reference
+
+    with torch.no_grad():
+        oracle = rmsnorm_reference(inp.x.double(), inp.w.double(), 1e-6)
+        float((rk.rmsnorm(inp.x, inp.w, 1e-6).double() - oracle).abs().max())
+    del oracle
+    torch.cuda.synchronize()
+
+
+def memory_like(inp: Inputs) -> None:
+    """The table's next step (``Runner.memory``): ``peak_bytes`` of ours' forward."""
+    CudaTimers(TIMING).peak_bytes(maker(impls()["ours"], inp, "forward", False))
+
+
+def float64_only(inp: Inputs) -> None:
+    """Only the oracle's allocations (a float64 copy of x, freed): moves where x's clone lands."""
+    t = inp.x.double()
+    del t
+    torch.cuda.synchronize()
+
+
 def main() -> None:
     timers = CudaTimers(TIMING)
     fs = impls()
     data = {(m, n): inputs(m, n) for m, n in SHAPES}
+    # (label, disturbance of one shape's inputs or of the process, per shape?)
     steps = [("fresh", None), ("after table shapes", table_shapes)]
-    steps += [("after 4096x65536 fwd+bwd", wide_fwd_bwd)]
-    steps += [("after empty_cache", torch.cuda.empty_cache), ("again", None)]
+    steps += [("after errors-like", errors_like), ("after memory-like", memory_like)]
+    steps += [("after empty_cache", torch.cuda.empty_cache), ("after float64 only", float64_only)]
+    steps += [("after 4096x65536 fwd+bwd", wide_fwd_bwd), ("again", None)]
     report = []
     for label, disturb in steps:
-        if disturb is not None:
+        if disturb is not None and disturb not in (errors_like, memory_like, float64_only):
             disturb()
         for (m, n), inp in data.items():
+            if disturb in (errors_like, memory_like, float64_only):
+                disturb(inp)
             row = {"step": label, "shape": f"{m}x{n}"}
             for name, f in fs.items():
                 row[name] = timers.graph(maker(f, inp, "forward", False))
