@@ -10,7 +10,7 @@
 # the carried Triton 3.9 (thread-block clusters), staged by stage.sh in /root/t39a and /root/t39b.
 set -u
 out=${1:?usage: bench.sh OUTDIR}
-bench_s=${2:-330}; llama_s=${3:-200}
+bench_s=${2:-450}; llama_s=${3:-200}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 wheels=/tmp/wheels && mkdir -p $wheels
 cu13x=0  # the repacked halves (wheels.sh): unpacked into the site after the wheels are installed

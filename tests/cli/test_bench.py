@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 import rmsnorm_kernel as rk
-from rmsnorm_kernel.cli.bench import peers
+from rmsnorm_kernel.cli.bench import measure, peers
 from rmsnorm_kernel.cli.bench.compare import rank, traffic_bytes
 from rmsnorm_kernel.cli.bench.run import run_bench
 from rmsnorm_kernel.cli.common import read_tolerances
@@ -95,6 +95,7 @@ def test_bench_refuses_without_cuda(tmp_path, capsys, argv):
         ("benchmark.shapes=[{m:0,n:4,dtype:float32}]", "benchmark.shapes[0].m must be an integer"),
         ("benchmark.curves.n.values=[3]", "must divide benchmark.curves.n.elements"),
         ("benchmark.timing.graph.target_ms=-1", "benchmark.timing.graph.target_ms must be"),
+        ("benchmark.timing.graph.rounds=0", "benchmark.timing.graph.rounds must be"),
         ("benchmark.ours=quack", "benchmark.ours must be one of"),
     ],
 )
@@ -261,6 +262,63 @@ def test_host_rounds_interleave_rotate_and_keep_the_median(tmp_path, monkeypatch
         assert r["torch"]["us_rounds"] == [base + 2, base + 3, base + 6]
         assert r["ours"]["us"] == base + 4 and r["torch"]["us"] == base + 3
     assert timers.done == 6 * len(host)
+
+
+class OrderTimers(CpuTimers):
+    """``time`` returns a value that depends on the position in the order alone: 10 for the
+    first implementation timed in a group (after a cell of another group), then 1, 2, ... (so
+    the minimum of an implementation's rounds is where it came later)."""
+
+    def __init__(self):
+        self.log: list[tuple[str, int]] = []  # (mode, position within the group)
+        self.position = 0
+
+    def time(self, mode, make):
+        make()()  # a failing implementation raises here, before it counts
+        self.position += 1
+        self.log.append((mode, self.position))
+        return 10.0 if self.position == 1 else float(self.position)
+
+
+@needs_interpreter
+def test_graph_cells_take_the_fastest_of_rotated_rounds(tmp_path, monkeypatch):
+    peer = peers.Peer("flaky", "flaky", "torch", None, _flaky(100), "fails on N > 100")
+    monkeypatch.setitem(peers.PEERS, "flaky", peer)
+    cfg = _small(tmp_path, implementations=["ours", "torch", "flaky"])
+    cfg["host"]["enabled"] = cfg["curves"]["enabled"] = False
+    cfg["timing"]["graph"]["rounds"] = 3
+    timers = OrderTimers()
+    runner_timing = measure.Runner.timing
+
+    def timing(self, *args):  # each group's positions count from 1
+        timers.position = 0
+        return runner_timing(self, *args)
+
+    monkeypatch.setattr(measure.Runner, "timing", timing)
+    code = run_bench(cfg, Console(file=io.StringIO(), width=220), timers=timers, device="cpu")
+    assert code == 0
+    groups = [g for g in read_json(tmp_path / "bench.json")["groups"] if g["mode"] == "graph"]
+    assert groups
+    for g in groups:
+        r = g["results"]
+        if g["n"] > 100:  # flaky fails in round 0 (uncounted) and is not timed again
+            assert r["flaky"]["status"] == "fails: ValueError: no rows wider than 100"
+            assert "us_rounds" not in r["flaky"]
+            # round 0: ours 1st, torch 2nd; round 1 from torch: torch 3rd, ours 4th; round 2
+            # from flaky (skipped): ours 5th, torch 6th
+            assert r["ours"]["us_rounds"] == [10.0, 4.0, 5.0]
+            assert r["torch"]["us_rounds"] == [2.0, 3.0, 6.0]
+            assert (r["ours"]["us"], r["torch"]["us"]) == (4.0, 2.0)
+        else:
+            # round 0: ours, torch, flaky; round 1: torch, flaky, ours; round 2: flaky, ours,
+            # torch
+            assert r["ours"]["us_rounds"] == [10.0, 6.0, 8.0]
+            assert r["torch"]["us_rounds"] == [2.0, 4.0, 9.0]
+            assert r["flaky"]["us_rounds"] == [3.0, 5.0, 7.0]
+            assert (r["ours"]["us"], r["torch"]["us"], r["flaky"]["us"]) == (6.0, 2.0, 3.0)
+    # end to end keeps one round: every implementation timed once per group, in order
+    e2e = [g for g in read_json(tmp_path / "bench.json")["groups"] if g["mode"] == "end_to_end"]
+    assert e2e and all("us_rounds" not in c for g in e2e for c in g["results"].values())
 
 
 def test_ours_failing_fails_the_command(tmp_path, monkeypatch):

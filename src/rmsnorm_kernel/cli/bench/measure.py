@@ -147,6 +147,34 @@ class Runner:
         r = attempt(lambda: run(*args), self.device)
         return {"status": r["status"], key: r["value"]} if r["status"] == "ok" else r
 
+    def _rounds(self, rounds: int, time_one: Callable, keep: Callable) -> dict:
+        """Each implementation's cell from ``rounds`` interleaved rounds: each round times every
+        implementation once (``time_one(name, f)`` -> a cell), starting one further along each
+        round, so that no implementation is always timed first; ``keep`` (median, min) of its
+        rounds is its ``us``, every round in ``us_rounds`` when there are several. An
+        implementation that fails (or is not callable) keeps that cell and is not timed again."""
+        names = list(self.impls)
+        failed: dict[str, dict] = {}
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                if name in failed:
+                    continue
+                cell = time_one(name, self.impls[name])
+                if cell["status"] == "ok":
+                    times[name].append(cell["us"])
+                else:
+                    failed[name] = cell
+        results = {}
+        for name in names:
+            if name in failed:
+                results[name] = failed[name]
+                continue
+            results[name] = {"status": "ok", "us": keep(times[name])}
+            if rounds > 1:
+                results[name]["us_rounds"] = times[name]
+        return results
+
     def host(self) -> None:
         """Host cost per call of each pass at the host shape (forward timed as in training:
         inputs that require grad, so autograd records the graph). ``rounds`` interleaved rounds:
@@ -154,31 +182,19 @@ class Runner:
         implementation always first); the median round is kept, every round in ``us_rounds``."""
         h = self.plan.host
         inputs = make_inputs(h["shape"], self.device, self.plan.seed)
-        names = list(self.impls)
         for pass_ in self.plan.passes:
-            results = {name: None for name in names}
-            rounds: dict[str, list[float]] = {name: [] for name in names}
-            for r in range(h["rounds"]):
-                for name in names[r % len(names) :] + names[: r % len(names)]:
-                    if results[name] is not None:  # not callable, or failed in an earlier round
-                        continue
-                    f = self.impls[name]
-                    make = maker(f, inputs, pass_, True) if callable(f) else None
-                    cell = self._cell(
-                        name, "us", self.timers.host, make, h["calls"], h["warmup_calls"]
-                    )
-                    if cell["status"] == "ok":
-                        rounds[name].append(cell["us"])
-                    else:
-                        results[name] = cell
-            for name in names:
-                if results[name] is None:
-                    times = rounds[name]
-                    results[name] = {
-                        "status": "ok",
-                        "us": statistics.median(times),
-                        "us_rounds": times,
-                    }
+            results = self._rounds(
+                h["rounds"],
+                lambda name, f, pass_=pass_: self._cell(
+                    name,
+                    "us",
+                    self.timers.host,
+                    maker(f, inputs, pass_, True) if callable(f) else None,
+                    h["calls"],
+                    h["warmup_calls"],
+                ),
+                statistics.median,
+            )
             group = self._group("host", h["shape"], pass_, "host", results)
             group["calls"] = h["calls"]
             group["rounds"] = h["rounds"]
@@ -223,10 +239,23 @@ class Runner:
         )
 
     def timing(self, section: str, shape: Shape, inputs: Inputs, pass_: str, mode: str) -> dict:
-        results = {}
-        for name, f in self.impls.items():
-            make = maker(f, inputs, pass_, self.plan.forward_requires_grad) if callable(f) else None
-            results[name] = self._cell(name, "us", self.timers.time, mode, make)
+        """One group: every implementation timed in ``mode``. Graph mode takes the fastest of
+        ``timing.graph.rounds`` interleaved, rotated rounds: the same kernels took up to 12%
+        longer when timed first at a shape than after the compile peer (H100, 4096 x 4096 bf16
+        forward 24.5 us against 21.7 for ours; ``experiments/kernel_perf/README.md``,
+        forty-seventh session), and ours came first at every shape."""
+        grad = self.plan.forward_requires_grad
+        results = self._rounds(
+            self.plan.timing[mode].get("rounds", 1),
+            lambda name, f: self._cell(
+                name,
+                "us",
+                self.timers.time,
+                mode,
+                maker(f, inputs, pass_, grad) if callable(f) else None,
+            ),
+            min,
+        )
         group = self._group(section, shape, pass_, mode, results)
         copy = self.copy.get(mode, {}).get("gb_per_s")
         summarise_timing(group, self.plan.ours, copy)

@@ -5,9 +5,10 @@ Vocabulary (used in the JSON, the tables and the figures):
 - *pass*: ``forward`` (``y = f(x, w)``) or ``forward_backward`` (that, then
   ``torch.autograd.grad(y, (x, w), dy)``).
 - *mode*: how a pass is timed. ``graph`` replays a CUDA graph of many calls (GPU time of the
-  kernels only); ``end_to_end`` is ``triton.testing.do_bench``'s median (host overhead included
-  when the host is slower than the GPU); ``tutorial`` is the tutorial's protocol (CUDA events
-  around whole calls, 20 warm-up calls, median of 50 samples of 20 calls).
+  kernels only; the fastest of ``timing.graph.rounds`` rounds, the implementations' order
+  rotated each round); ``end_to_end`` is ``triton.testing.do_bench``'s median (host overhead
+  included when the host is slower than the GPU); ``tutorial`` is the tutorial's protocol (CUDA
+  events around whole calls, 20 warm-up calls, median of 50 samples of 20 calls).
 - *shape*: ``M x N`` rows of ``dtype``; the weight has x's dtype.
 """
 
@@ -83,7 +84,7 @@ def _names(values, key: str, allowed) -> tuple[str, ...]:
 def _timing(cfg: Mapping, modes) -> dict:
     key = "benchmark.timing"
     spec = {
-        "graph": {"warmup_calls": 1, "target_ms": 0, "max_calls": 1, "replays": 1},
+        "graph": {"warmup_calls": 1, "target_ms": 0, "max_calls": 1, "replays": 1, "rounds": 1},
         "end_to_end": {"warmup_ms": 0, "rep_ms": 0},
         "tutorial": {"warmup_calls": 0, "samples": 1, "calls_per_sample": 1},
     }
