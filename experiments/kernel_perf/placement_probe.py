@@ -16,11 +16,8 @@ in the bench, not where the tensors land nor an Inductor compile alone.
 
 from __future__ import annotations
 
-import json
-import sys
-
 import torch
-from state_probe import TIMING, impls, inputs  # (this folder is on sys.path)
+from state_probe import TIMING, impls, inputs, write_report  # (this folder is on sys.path)
 
 from rmsnorm_kernel.cli.bench.measure import maker
 from rmsnorm_kernel.cli.bench.timers import CudaTimers
@@ -53,9 +50,7 @@ def main() -> None:
         del keep
         report.append(row)
         print(row, flush=True)
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump(report, f, indent=1)
+    write_report(report)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,11 @@ def main() -> None:
             report.append(row)
             cells = "  ".join(f"{k} {v:7.2f}" for k, v in row.items() if k not in ("step", "shape"))
             print(f"{label:26s} {m}x{n} bf16 fwd graph us: {cells}", flush=True)
+    write_report(report)
+
+
+def write_report(report: list[dict]) -> None:
+    """The probe's rows as JSON to the path given as its first argument, if any."""
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(report, f, indent=1)

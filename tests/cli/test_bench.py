@@ -208,12 +208,18 @@ def _flaky(limit: int):
     return build
 
 
-@needs_interpreter
-def test_a_failing_peer_is_a_cell_not_a_crash(tmp_path, monkeypatch):
+def _with_flaky(tmp_path, monkeypatch) -> dict:
+    """A table-only config of ours, torch and a peer ("flaky") that fails on rows over 100."""
     peer = peers.Peer("flaky", "flaky", "torch", None, _flaky(100), "fails on N > 100")
     monkeypatch.setitem(peers.PEERS, "flaky", peer)
     cfg = _small(tmp_path, implementations=["ours", "torch", "flaky"])
     cfg["host"]["enabled"] = cfg["curves"]["enabled"] = False
+    return cfg
+
+
+@needs_interpreter
+def test_a_failing_peer_is_a_cell_not_a_crash(tmp_path, monkeypatch):
+    cfg = _with_flaky(tmp_path, monkeypatch)
     code, text = _run(cfg)
     assert code == 0, text
     for g in read_json(tmp_path / "bench.json")["groups"]:
@@ -282,10 +288,7 @@ class OrderTimers(CpuTimers):
 
 @needs_interpreter
 def test_graph_cells_take_the_fastest_of_rotated_rounds(tmp_path, monkeypatch):
-    peer = peers.Peer("flaky", "flaky", "torch", None, _flaky(100), "fails on N > 100")
-    monkeypatch.setitem(peers.PEERS, "flaky", peer)
-    cfg = _small(tmp_path, implementations=["ours", "torch", "flaky"])
-    cfg["host"]["enabled"] = cfg["curves"]["enabled"] = False
+    cfg = _with_flaky(tmp_path, monkeypatch)
     cfg["timing"]["graph"]["rounds"] = 3
     timers = OrderTimers()
     runner_timing = measure.Runner.timing
