@@ -56,6 +56,8 @@ Parts:
 - tmacand: tmasweep's winners (TMA_CAND) against the pointer heuristic over M, as tmapkg.
 - tmastride: the TMA backward's row tiles dealt grid-stride (BackwardConfig.strided) against
          the heuristic's blocks, at every BWD_TMA width over M, dx checked against it.
+- fwdwarps: the one-pass forward at FWD_WARPS (bf16; env FWD_WARPS): 4-32 warps x evict_last,
+         the packed one pass at 8-32 warps, beside the heuristic, Liger and compile.
 - tmanew: the TMA backward, blocks and grid-stride, at widths BWD_TMA does not take (TMA_NEW:
          256 bf16, 512 float32) over M, beside the heuristic, dx checked against it.
 - tmajoin: the package's backward heuristic (TMA where BWD_TMA takes the width) against the
@@ -2076,6 +2078,61 @@ def part_evict(rows):
             more = dataclasses.replace(cfg, num_warps=cfg.num_warps * 2, evict_last=True)
             variants[f"evict_last w={more.num_warps}"] = run(more)
         _earlyw_rounds(rows, m, n, str(dtype), x, variants, "evict", atol, tols=tols)
+        x = w = None
+
+
+#: Shapes of part fwdwarps (env FWD_WARPS: "MxN,MxN", bf16): the one-pass widths where the H100
+#: benches of the 44th-48th sessions put ours 3% behind Liger and quack (8192 x 8192 91.8 us
+#: against 88.5; 4096 x 16384 91.5 against 88.7; 8192 x 16384 180.6 against 179.9), and a shape
+#: of each width beside them.
+FWD_WARPS = [(8192, 8192), (4096, 16384), (8192, 16384), (32768, 8192), (2048, 16384)]
+
+
+def part_fwdwarps(rows):
+    """Forward in graph mode at FWD_WARPS (bf16): the heuristic's one pass beside the same at
+    4-32 warps with and without ``evict_last`` (and with masks flipped, rows exactly a block
+    wide), the packed one pass (the row kept 16-bit) at
+    8-32 warps, and Liger and compile, in interleaved rounds. Other warps reduce in another
+    order (within 8 units in the last place of the largest value); the hint alone is checked
+    bit for bit."""
+    env = os.environ.get("FWD_WARPS")
+    shapes = [tuple(map(int, s.split("x"))) for s in env.split(",")] if env else FWD_WARPS
+    dtype = torch.bfloat16
+    for m, n in shapes:
+        torch.manual_seed(0)
+        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        cfg = config.forward_config(m, n, 0, False, dtype, n * 2)
+        print(json.dumps(dict(part="fwdwarps", M=m, N=n, default=repr(cfg))), flush=True)
+        run = functools.partial(_fwd_with, x, w, None, dtype)
+        variants = {"default": run(cfg)}
+        tols = {}
+        atol = 8 * torch.finfo(dtype).eps * variants["default"]()[0].abs().max().item()
+        base = dataclasses.replace(cfg, packed=False)
+        for warps in (4, 8, 16, 32):
+            for last in (False, True):
+                v = dataclasses.replace(base, num_warps=warps, evict_last=last)
+                if v == cfg:
+                    continue
+                name = f"w={warps}{' last' if last else ''}"
+                variants[name] = run(v)
+                tols[name] = 0.0 if warps == cfg.num_warps and not cfg.packed else atol
+        if n == cfg.block:
+            for warps in (8, 16, 32):
+                v = dataclasses.replace(
+                    base, num_warps=warps, evict_last=True, unmasked=not cfg.unmasked
+                )
+                name = f"w={warps} last unmasked={v.unmasked}"
+                variants[name] = run(v)
+                tols[name] = 0.0 if warps == cfg.num_warps and not cfg.packed else atol
+                v = dataclasses.replace(base, num_warps=warps, packed=True, evict_last=True)
+                if v != cfg:
+                    variants[f"packed w={warps} last"] = run(v)
+                    tols[f"packed w={warps} last"] = atol
+        variants.update(_peer_variants(x, w))
+        _earlyw_rounds(
+            rows, m, n, str(dtype), x, variants, "fwdwarps", atol, FORWARD_PEERS, tols=tols
+        )
         x = w = None
 
 
