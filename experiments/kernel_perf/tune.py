@@ -58,6 +58,8 @@ Parts:
          the heuristic's blocks, at every BWD_TMA width over M, dx checked against it.
 - fwdwarps: the one-pass forward at FWD_WARPS (bf16; env FWD_WARPS): 4-32 warps x evict_last,
          the packed one pass at 8-32 warps, beside the heuristic, Liger and compile.
+- fwdhint: the heuristic's forward with and without evict_last, on the same x each call and
+         on x rotated over 256 MiB of tensors (FWD_HINT; env FWD_HINT), beside Liger.
 - tmanew: the TMA backward, blocks and grid-stride, at widths BWD_TMA does not take (TMA_NEW:
          256 bf16, 512 float32) over M, beside the heuristic, dx checked against it.
 - tmajoin: the package's backward heuristic (TMA where BWD_TMA takes the width) against the
@@ -2134,6 +2136,77 @@ def part_fwdwarps(rows):
             rows, m, n, str(dtype), x, variants, "fwdwarps", atol, FORWARD_PEERS, tols=tols
         )
         x = w = None
+
+
+#: Shapes of part fwdhint (M, N, dtype; env FWD_HINT: "MxN,MxN", bf16): where the heuristic
+#: loads x ``evict_last`` (EVICT_LAST_ROW_BYTES), from 16 MiB to 512 MiB of x.
+FWD_HINT = [
+    (1024, 8192, torch.bfloat16),
+    (4096, 8192, torch.bfloat16),
+    (8192, 8192, torch.bfloat16),
+    (32768, 8192, torch.bfloat16),
+    (1024, 16384, torch.bfloat16),
+    (4096, 16384, torch.bfloat16),
+    (8192, 16384, torch.bfloat16),
+    (16384, 4096, torch.float32),
+    (4096, 65536, torch.bfloat16),
+]
+#: Part fwdhint's rotated inputs: at least this many bytes of distinct x (4x an H100's or
+#: H200's 50 MiB L2), so no replayed call finds its x in L2 from the call before.
+FWD_HINT_ROTATE_BYTES = 256 << 20
+
+
+def _cycling(run, xs):
+    """A no-argument call that runs ``run(x)`` on the next of ``xs`` each time: captured in a
+    graph, consecutive calls read different x, as consecutive layers of a model do."""
+    at = [0]
+
+    def call():
+        x = xs[at[0] % len(xs)]
+        at[0] += 1
+        return run(x)
+
+    return call
+
+
+def part_fwdhint(rows):
+    """Forward in graph mode at FWD_HINT: the heuristic's config with and without
+    ``evict_last`` on x (a hint: checked bit for bit) and Liger, each on the same x every call
+    (the bench's graph mode, where a replayed call may find its x in L2 from the call before)
+    and on x rotated over FWD_HINT_ROTATE_BYTES of distinct tensors, in interleaved rounds."""
+    env = os.environ.get("FWD_HINT")
+    shapes = FWD_HINT
+    if env:
+        shapes = [(*map(int, s.split("x")), torch.bfloat16) for s in env.split(",")]
+    for m, n, dtype in shapes:
+        torch.manual_seed(0)
+        nbytes = m * n * torch.finfo(dtype).bits // 8
+        k = max(2, -(-FWD_HINT_ROTATE_BYTES // nbytes))
+        xs = [torch.randn(m, n, device="cuda", dtype=dtype) for _ in range(k)]
+        w = torch.randn(n, device="cuda", dtype=dtype)
+        half = dtype != torch.float32
+        cfg = config.forward_config(m, n, 0, False, dtype if half else None, n * (2 if half else 4))
+        flip = dataclasses.replace(cfg, evict_last=not cfg.evict_last)
+        print(json.dumps(dict(part="fwdhint", M=m, N=n, default=repr(cfg), rotate=k)), flush=True)
+
+        def ours(c, w=w, dtype=dtype):
+            return lambda x: ops.launch_forward(x, w, None, EPS, 0.0, dtype, config=c)
+
+        runs = {"default": ours(cfg), f"evict_last={flip.evict_last}": ours(flip)}
+        from rmsnorm_kernel.cli.bench import peers
+
+        liger = peers.build(["liger"], EPS).get("liger")
+        if callable(liger):
+            runs["liger"] = lambda x, f=liger, w=w: (f(x, w),)
+        variants = {}
+        for name, run in runs.items():
+            variants[f"{name} same"] = _cycling(run, xs[:1])
+            variants[f"{name} rotated x{k}"] = _cycling(run, xs)
+        y_ref = runs["default"](xs[0])[0]
+        assert torch.equal(runs[f"evict_last={flip.evict_last}"](xs[0])[0], y_ref)
+        variants["default"] = variants.pop("default same")  # _earlyw_rounds' reference
+        _earlyw_rounds(rows, m, n, str(dtype), xs[0], variants, "fwdhint", 0.0, tuple(variants))
+        xs = w = None
 
 
 def main():
