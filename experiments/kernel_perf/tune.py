@@ -2088,6 +2088,8 @@ def part_evict(rows):
 #: against 88.5; 4096 x 16384 91.5 against 88.7; 8192 x 16384 180.6 against 179.9), and a shape
 #: of each width beside them.
 FWD_WARPS = [(8192, 8192), (4096, 16384), (8192, 16384), (32768, 8192), (2048, 16384)]
+if os.environ.get("FWD_WARPS"):
+    FWD_WARPS = [tuple(map(int, s.split("x"))) for s in os.environ["FWD_WARPS"].split(",")]
 
 
 def part_fwdwarps(rows):
@@ -2097,10 +2099,8 @@ def part_fwdwarps(rows):
     8-32 warps, and Liger and compile, in interleaved rounds. Other warps reduce in another
     order (within 8 units in the last place of the largest value); the hint alone is checked
     bit for bit."""
-    env = os.environ.get("FWD_WARPS")
-    shapes = [tuple(map(int, s.split("x"))) for s in env.split(",")] if env else FWD_WARPS
     dtype = torch.bfloat16
-    for m, n in shapes:
+    for m, n in FWD_WARPS:
         torch.manual_seed(0)
         x = torch.randn(m, n, device="cuda", dtype=dtype)
         w = torch.randn(n, device="cuda", dtype=dtype)
@@ -2151,6 +2151,10 @@ FWD_HINT = [
     (16384, 4096, torch.float32),
     (4096, 65536, torch.bfloat16),
 ]
+if os.environ.get("FWD_HINT"):
+    FWD_HINT = [
+        (*map(int, s.split("x")), torch.bfloat16) for s in os.environ["FWD_HINT"].split(",")
+    ]
 #: Part fwdhint's rotated inputs: at least this many bytes of distinct x (4x an H100's or
 #: H200's 50 MiB L2), so no replayed call finds its x in L2 from the call before.
 FWD_HINT_ROTATE_BYTES = 256 << 20
@@ -2176,11 +2180,7 @@ def part_fwdhint(rows):
     every call (the bench's graph mode, where a replayed call may find its x in L2 from the call
     before) and on x rotated over FWD_HINT_ROTATE_BYTES of distinct tensors, interleaved
     rounds."""
-    env = os.environ.get("FWD_HINT")
-    shapes = FWD_HINT
-    if env:
-        shapes = [(*map(int, s.split("x")), torch.bfloat16) for s in env.split(",")]
-    for m, n, dtype in shapes:
+    for m, n, dtype in FWD_HINT:
         torch.manual_seed(0)
         nbytes = m * n * torch.finfo(dtype).bits // 8
         k = max(2, -(-FWD_HINT_ROTATE_BYTES // nbytes))
