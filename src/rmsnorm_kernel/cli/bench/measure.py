@@ -243,7 +243,8 @@ class Runner:
         ``timing.graph.rounds`` interleaved, rotated rounds: the same kernels took up to 12%
         longer when timed first at a shape than after the compile peer (H100, 4096 x 4096 bf16
         forward 24.5 us against 21.7 for ours; ``experiments/kernel_perf/README.md``,
-        forty-seventh session), and ours came first at every shape."""
+        forty-seventh session: the caching allocator's state after a graph timing, forty-eighth),
+        and ours came first at every shape."""
         grad = self.plan.forward_requires_grad
         results = self._rounds(
             self.plan.timing[mode].get("rounds", 1),
