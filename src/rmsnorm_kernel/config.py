@@ -1160,6 +1160,12 @@ def _forward_geometry(
 #: the several-rows kernel's 1024 and 256 columns within 0.7% worse. Not above 256 KiB: bf16
 #: 262144 columns at 256 rows 101.8 against 100.7. Float32 rows of 8192-32768 columns lie between
 #: measured row sizes (not measured themselves); with a residual, clusters: not measured.
+#: H100, forty-ninth session (tune.py part fwdhint, two runs, results/h100_2026-12-06i_fwdhint*):
+#: with x rotated over 256 MiB (a cold x each call) the hint wins or ties at every shape, bf16
+#: 1024x8192 to 8192x16384 and 4096x65536, float32 16384x4096: 0.5-1.8% under no hint at the same
+#: warps; no hint at twice the warps within 0.2% of it or slower (8192x16384: 0.9% slower).
+#: Replaying one x, no hint at 8192x8192 bf16 times 88.6 us against 90.8 (Liger 88.4-91.2):
+#: an L2 reuse of the replayed x that the cold x does not show (91.4 unhinted, 90.8 hinted).
 EVICT_LAST_ROW_BYTES = (16384, 262144)
 EVICT_LAST_MIN_WARPS = {8192: 8}
 
