@@ -45,8 +45,9 @@ def make_inputs(shape: Shape, device, seed: int) -> Inputs:
     return Inputs(x, w, dy)
 
 
-def maker(f: Forward, inputs: Inputs, pass_: str, forward_requires_grad: bool):
-    """``make() -> call`` for the timers: fresh leaves on every ``make()``."""
+def maker(f: Forward, inputs: Inputs, pass_: str, forward_requires_grad: bool, cold=False):
+    """``make() -> call`` for the timers: fresh leaves on every ``make()``; ``cold``: a fresh
+    copy of dy too (``graph_cold`` cycles over ``make()``'s sets: each must be its own memory)."""
     grad = pass_ == "forward_backward" or forward_requires_grad
 
     def make():
@@ -54,7 +55,7 @@ def maker(f: Forward, inputs: Inputs, pass_: str, forward_requires_grad: bool):
         w = inputs.w.clone().requires_grad_(grad)
         if pass_ == "forward":
             return lambda: f(x, w)
-        dy = inputs.dy
+        dy = inputs.dy.clone() if cold else inputs.dy
         return lambda: torch.autograd.grad(f(x, w), (x, w), dy)
 
     return make
@@ -253,7 +254,7 @@ class Runner:
                 "us",
                 self.timers.time,
                 mode,
-                maker(f, inputs, pass_, grad) if callable(f) else None,
+                maker(f, inputs, pass_, grad, mode == "graph_cold") if callable(f) else None,
             ),
             min,
         )

@@ -6,9 +6,12 @@ Vocabulary (used in the JSON, the tables and the figures):
   ``torch.autograd.grad(y, (x, w), dy)``).
 - *mode*: how a pass is timed. ``graph`` replays a CUDA graph of many calls (GPU time of the
   kernels only; the fastest of ``timing.graph.rounds`` rounds, the implementations' order
-  rotated each round); ``end_to_end`` is ``triton.testing.do_bench``'s median (host overhead
-  included when the host is slower than the GPU); ``tutorial`` is the tutorial's protocol (CUDA
-  events around whole calls, 20 warm-up calls, median of 50 samples of 20 calls).
+  rotated each round); ``graph_cold`` is the same with inputs that no call finds in L2 (the
+  graph cycles over copies of x, w and dy spanning at least ``timing.graph_cold.cold_bytes``,
+  as a model's norm sees a new x each call); ``end_to_end`` is ``triton.testing.do_bench``'s
+  median (host overhead included when the host is slower than the GPU); ``tutorial`` is the
+  tutorial's protocol (CUDA events around whole calls, 20 warm-up calls, median of 50 samples of
+  20 calls).
 - *shape*: ``M x N`` rows of ``dtype``; the weight has x's dtype.
 """
 
@@ -22,7 +25,7 @@ from rmsnorm_kernel.cli.common import DTYPES, SHORT
 from rmsnorm_kernel.cli.validate import ConfigError, choice, count, number
 
 PASSES = ("forward", "forward_backward")
-MODES = ("graph", "end_to_end", "tutorial")
+MODES = ("graph", "graph_cold", "end_to_end", "tutorial")
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,14 @@ def _timing(cfg: Mapping, modes) -> dict:
     key = "benchmark.timing"
     spec = {
         "graph": {"warmup_calls": 1, "target_ms": 0, "max_calls": 1, "replays": 1, "rounds": 1},
+        "graph_cold": {
+            "warmup_calls": 1,
+            "target_ms": 0,
+            "max_calls": 1,
+            "replays": 1,
+            "rounds": 1,
+            "cold_bytes": 1,
+        },
         "end_to_end": {"warmup_ms": 0, "rep_ms": 0},
         "tutorial": {"warmup_calls": 0, "samples": 1, "calls_per_sample": 1},
     }

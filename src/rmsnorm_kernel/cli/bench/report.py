@@ -9,6 +9,7 @@ from rich.table import Table
 
 MODE_TITLE = {
     "graph": "graph mode (CUDA-graph replay: GPU time of the kernels only)",
+    "graph_cold": "graph mode, cold inputs (CUDA-graph replay cycling over input copies beyond L2)",
     "end_to_end": "end to end (triton.testing.do_bench median, L2 flushed, host cost included)",
     "tutorial": "the tutorial's protocol (CUDA events around whole calls, median sample)",
 }

@@ -24,13 +24,31 @@ def _events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
     return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
 
-def _replay_us(make: Make, calls: int, replays: int) -> float:
-    """Capture ``calls`` calls in one CUDA graph on fresh leaves; median of ``replays`` replays."""
+#: Most input sets ``graph_cold`` cycles over: a bound on the captured graph (one call per set at
+#: least). The tutorial's 128 x 257 float32 inputs take ~132 KiB a set, so 256 MiB needs ~2000.
+MAX_COLD_SETS = 4096
+
+
+def cold_sets(make: Make, cold_bytes: int, allocated: Callable[[], int]) -> int:
+    """How many input sets (one ``make()``'s fresh copies each, measured by the ``allocated()``
+    bytes one ``make()`` adds) span at least ``cold_bytes``, within 1..MAX_COLD_SETS."""
+    before = allocated()
     call = make()
+    per_set = allocated() - before
+    del call
+    if per_set <= 0:
+        raise RuntimeError("graph_cold: one make() allocated no memory, so no set size to cycle")
+    return max(1, min(MAX_COLD_SETS, -(-cold_bytes // per_set)))
+
+
+def _replay_us(make: Make, calls: int, replays: int, sets: int = 1) -> float:
+    """Capture ``calls`` calls in one CUDA graph, call ``i`` on the ``i % sets``-th of ``sets``
+    input sets (fresh leaves each); median of ``replays`` replays."""
+    sets_calls = [make() for _ in range(sets)]
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
+        for i in range(calls):
+            sets_calls[i % sets]()
     graph.replay()  # the first replay uploads the graph: not timed
     torch.cuda.synchronize()
     start, end = _events()
@@ -41,7 +59,7 @@ def _replay_us(make: Make, calls: int, replays: int) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph, call
+    del graph, sets_calls
     return statistics.median(times)
 
 
@@ -61,7 +79,17 @@ class CudaTimers:
         capture), then a 3-call graph measures one call, which sizes the timed graph to about
         ``target_ms`` (at most ``max_calls`` calls).
         """
-        t = self.timing["graph"]
+        return self._graph(make, self.timing["graph"], sets=1)
+
+    def graph_cold(self, make: Make) -> float:
+        """:meth:`graph` with cold inputs: the graph cycles over input sets spanning at least
+        ``cold_bytes`` (:func:`cold_sets`), so no call finds its inputs in L2 from the call
+        before, as a model's norm sees a new x each call. One call per set at least, beyond
+        ``max_calls`` where the sets are more."""
+        t = self.timing["graph_cold"]
+        return self._graph(make, t, cold_sets(make, t["cold_bytes"], torch.cuda.memory_allocated))
+
+    def _graph(self, make: Make, t: dict, sets: int) -> float:
         call = make()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -72,9 +100,9 @@ class CudaTimers:
         torch.cuda.synchronize()
         del call
         probe = min(3, t["max_calls"])
-        per_call = _replay_us(make, probe, replays=2)
+        per_call = _replay_us(make, probe, replays=2, sets=min(sets, probe))
         calls = max(1, min(t["max_calls"], math.ceil(t["target_ms"] * 1e3 / max(per_call, 1e-3))))
-        return _replay_us(make, calls, t["replays"])
+        return _replay_us(make, max(calls, sets), t["replays"], sets)
 
     def end_to_end(self, make: Make) -> float:
         """``triton.testing.do_bench`` median: L2 flushed before each call, host cost included
