@@ -38,7 +38,9 @@ if [ "${T39:-0}" = 1 ]; then
 fi
 python3 -c "import quack, liger_kernel; print('quack and liger import')"
 t0=$SECONDS
-timeout "$bench_s" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" > "$out/bench.log" 2>&1
+# BENCH_ARGS: more Hydra overrides, e.g. BENCH_ARGS='benchmark.modes=[graph,graph_cold,end_to_end]'
+timeout "$bench_s" python3 -m rmsnorm_kernel.cli bench "benchmark.out_dir=$out/bench" ${BENCH_ARGS:-} \
+  > "$out/bench.log" 2>&1
 echo "bench rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 tail -80 "$out/bench.log"
 [ "${AFTER:-llama}" = none ] && exit 0
