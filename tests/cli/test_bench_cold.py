@@ -29,7 +29,7 @@ class _Counter:
 
 @pytest.mark.parametrize(
     "per_set,cold_bytes,sets",
-    [(100, 250, 3), (100, 300, 3), (100, 301, 4), (1 << 30, 256 << 20, 1), (1, 1 << 40, None)],
+    [(100, 250, 3), (100, 300, 3), (100, 301, 4), (1 << 30, 256 << 20, 2), (1, 1 << 40, None)],
 )
 def test_cold_sets_span_at_least_the_bytes_within_the_bound(per_set, cold_bytes, sets):
     c = _Counter(per_set)

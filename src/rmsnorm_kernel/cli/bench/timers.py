@@ -31,14 +31,15 @@ MAX_COLD_SETS = 4096
 
 def cold_sets(make: Make, cold_bytes: int, allocated: Callable[[], int]) -> int:
     """How many input sets (one ``make()``'s fresh copies each, measured by the ``allocated()``
-    bytes one ``make()`` adds) span at least ``cold_bytes``, within 1..MAX_COLD_SETS."""
+    bytes one ``make()`` adds) span at least ``cold_bytes``, within 2..MAX_COLD_SETS: two at
+    least, so no call reads the inputs of the call before it even where one set is larger."""
     before = allocated()
     call = make()
     per_set = allocated() - before
     del call
     if per_set <= 0:
         raise RuntimeError("graph_cold: one make() allocated no memory, so no set size to cycle")
-    return max(1, min(MAX_COLD_SETS, -(-cold_bytes // per_set)))
+    return max(2, min(MAX_COLD_SETS, -(-cold_bytes // per_set)))
 
 
 def _replay_us(make: Make, calls: int, replays: int, sets: int = 1) -> float:
