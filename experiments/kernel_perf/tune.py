@@ -57,7 +57,8 @@ Parts:
 - tmastride: the TMA backward's row tiles dealt grid-stride (BackwardConfig.strided) against
          the heuristic's blocks, at every BWD_TMA width over M, dx checked against it.
 - fwdwarps: the one-pass forward at FWD_WARPS (bf16; env FWD_WARPS): 4-32 warps x evict_last,
-         the packed one pass at 8-32 warps, beside the heuristic, Liger and compile.
+         the packed one pass at 8-32 warps, beside the heuristic, Liger and compile. The same x
+         each call: at 32-128 MiB of x its replays favour no hint by 3% (fwdhint, 49th session).
 - fwdhint: the heuristic's forward with and without evict_last, on the same x each call and
          on x rotated over 256 MiB of tensors (FWD_HINT; env FWD_HINT), beside Liger.
 - tmanew: the TMA backward, blocks and grid-stride, at widths BWD_TMA does not take (TMA_NEW:
