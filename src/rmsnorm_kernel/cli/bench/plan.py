@@ -86,16 +86,10 @@ def _names(values, key: str, allowed) -> tuple[str, ...]:
 
 def _timing(cfg: Mapping, modes) -> dict:
     key = "benchmark.timing"
+    graph = {"warmup_calls": 1, "target_ms": 0, "max_calls": 1, "replays": 1, "rounds": 1}
     spec = {
-        "graph": {"warmup_calls": 1, "target_ms": 0, "max_calls": 1, "replays": 1, "rounds": 1},
-        "graph_cold": {
-            "warmup_calls": 1,
-            "target_ms": 0,
-            "max_calls": 1,
-            "replays": 1,
-            "rounds": 1,
-            "cold_bytes": 1,
-        },
+        "graph": graph,
+        "graph_cold": {**graph, "cold_bytes": 1},
         "end_to_end": {"warmup_ms": 0, "rep_ms": 0},
         "tutorial": {"warmup_calls": 0, "samples": 1, "calls_per_sample": 1},
     }
