@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 
 import torch
 import triton
@@ -163,14 +165,6 @@ def band_backward(dy, x, w, rstd, c, k, warps, per_sm, pipe=False):
     return dx, partial.sum(0).to(w.dtype)
 
 
-def reference(x, w, dy, eps=1e-6):
-    xd, wd, dyd = x.double(), w.double(), dy.double()
-    r = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
-    u = dyd * wd
-    dx = r * (u - xd * r * r * (u * xd).mean(-1, keepdim=True))
-    return dx, (dyd * xd * r).sum(0)
-
-
 #: (C, K, warps, CTAs an SM's worth, pipelined)
 GRID = [
     (8, 1, 16, 1, 0), (8, 2, 16, 1, 0), (8, 4, 16, 1, 0), (8, 2, 16, 2, 0), (8, 4, 8, 2, 0),
@@ -187,12 +181,11 @@ def main() -> None:
     p.add_argument("--rep", type=int, default=20)
     p.add_argument("--shapes", default="4096x65536,2048x32768")
     args = p.parse_args()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bwd_cluster_tune import backward_case
+
     if not torch.cuda.is_available():
-        torch.manual_seed(0)
-        m, n = 37, 300
-        x, w, dy = torch.randn(m, n), 1 + 0.5 * torch.randn(n), torch.randn(m, n)
-        _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype)
-        dx_ref, dw_ref = reference(x, w, dy)
+        x, w, dy, rstd, dx_ref, dw_ref = backward_case(37, 300, torch.float32, "cpu")
         for k, pipe in ((1, False), (2, False), (4, False), (1, True), (2, True), (4, True)):
             dx, dw = band_backward(dy, x, w, rstd, 1, k, 4, 1, pipe)
             e_dx = (dx.double() - dx_ref).abs().max()
@@ -203,12 +196,7 @@ def main() -> None:
     for m, n, dtype in SHAPES:
         if args.shapes and f"{m}x{n}" not in args.shapes.split(","):
             continue
-        torch.manual_seed(0)
-        x = torch.randn(m, n, device="cuda").to(dtype)
-        w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
-        dy = torch.randn(m, n, device="cuda").to(dtype)
-        _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype)
-        dx_ref, dw_ref = reference(x, w, dy)
+        x, w, dy, rstd, dx_ref, dw_ref = backward_case(m, n, dtype)
 
         def heuristic(x=x, w=w, dy=dy, rstd=rstd, dtype=dtype):
             return ops.launch_backward(dy, x, w, rstd, 0.0, None, dtype)
@@ -249,9 +237,8 @@ def main() -> None:
         print(f"{m}x{n} {dtype}")
         for name in sorted(med, key=med.get):
             gbs = 3 * m * n * x.element_size() / (med[name] * 1e-6) / 1e9
-            regs = ""
             print(f"  {name:32s} {med[name]:8.1f} us {gbs:6.0f} GB/s "
-                  f"({med['heuristic'] / med[name]:.3f}x){regs}")  # fmt: skip
+                  f"({med['heuristic'] / med[name]:.3f}x)")  # fmt: skip
         out.append({"m": m, "n": n, "dtype": str(dtype), "us": med, "rounds": times,
                     "err_heuristic": [e_dx, e_dw]})  # fmt: skip
         del x, w, dy, rstd, dx_ref, dw_ref

@@ -66,6 +66,21 @@ def cluster_config(
     )
 
 
+def backward_case(m: int, n: int, dtype: torch.dtype, device: str = "cuda") -> tuple:
+    """``(x, w, dy, rstd, dx_ref, dw_ref)`` of one shape, seeded: x and dy (M, N) and w (N,) in
+    ``dtype``, rstd (M,) from the package's forward, and float64 dx (M, N) and dweight (N,)."""
+    torch.manual_seed(0)
+    x = torch.randn(m, n, device=device).to(dtype)
+    w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
+    dy = torch.randn(m, n, device=device).to(dtype)
+    _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype)
+    xd, wd, dyd = x.double(), w.double(), dy.double()
+    r = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
+    u = dyd * wd
+    dx_ref = r * (u - xd * r * r * (u * xd).mean(-1, keepdim=True))
+    return x, w, dy, rstd, dx_ref, (dyd * xd * r).sum(0)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=None)
@@ -77,17 +92,7 @@ def main() -> None:
     for m, n, dtype in SHAPES:
         if args.shapes and f"{m}x{n}" not in args.shapes.split(","):
             continue
-        torch.manual_seed(0)
-        x = torch.randn(m, n, device="cuda").to(dtype)
-        w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
-        dy = torch.randn(m, n, device="cuda").to(dtype)
-        _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, dtype)
-        xd, wd, dyd = x.double(), w.double(), dy.double()
-        r = torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
-        u = dyd * wd
-        dx_ref = r * (u - xd * r * r * (u * xd).mean(-1, keepdim=True))
-        dw_ref = (dyd * xd * r).sum(0)
-        del xd, dyd, u
+        x, w, dy, rstd, dx_ref, dw_ref = backward_case(m, n, dtype)
 
         def run(cfg, x=x, w=w, dy=dy, rstd=rstd, dtype=dtype):
             return ops.launch_backward(dy, x, w, rstd, 0.0, None, dtype, config=cfg)
