@@ -17,7 +17,8 @@ replay, interleaved rounds:
 
     PYTHONPATH=src python3 experiments/kernel_perf/band_backward.py [--json OUT] [--shapes MxN,..]
 
-Without CUDA it checks one small case through Triton's interpreter (C = 1: no cluster there).
+The CPU check (Triton's interpreter, C = 1: no cluster there) is
+``tests/kernel/test_experiment_band_backward.py``.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def band_backward(dy, x, w, rstd, c, k, warps, per_sm, pipe=False):
     """``dy, x`` (M, N) contiguous, ``w`` (N,), ``rstd`` (M,) float32 -> ``(dx, dw)``."""
     m, n = x.shape
     block = triton.next_power_of_2(-(-n // c))
-    groups = max(1, min(m, (config.sm_count(0) if x.is_cuda else 4) * per_sm // c))
+    sms = config.sm_count(x.device.index or 0) if x.is_cuda else config.INTERPRETER_PROGRAMS
+    groups = max(1, min(m, sms * per_sm // c))
     rows = -(-m // groups)
     rows = -(-rows // k) * k  # whole bands per cluster but the last one's
     groups = -(-m // rows)
@@ -185,13 +187,10 @@ def main() -> None:
     from bwd_cluster_tune import backward_case
 
     if not torch.cuda.is_available():
-        x, w, dy, rstd, dx_ref, dw_ref = backward_case(37, 300, torch.float32, "cpu")
-        for k, pipe in ((1, False), (2, False), (4, False), (1, True), (2, True), (4, True)):
-            dx, dw = band_backward(dy, x, w, rstd, 1, k, 4, 1, pipe)
-            e_dx = (dx.double() - dx_ref).abs().max()
-            e_dw = (dw.double() - dw_ref).abs().max()
-            print(f"interpreter C=1 K={k} pipe={pipe}: dx err {e_dx:.3g} dw err {e_dw:.3g}")
-        return
+        raise SystemExit(
+            "band_backward.py times on a GPU; the CPU check (the interpreter, one CTA a row) is "
+            "tests/kernel/test_experiment_band_backward.py"
+        )
     out = []
     for m, n, dtype in SHAPES:
         if args.shapes and f"{m}x{n}" not in args.shapes.split(","):
