@@ -550,6 +550,10 @@ def rmsnorm_forward_split_staged_kernel(
 _CLUSTER_BARRIER = tl.constexpr(
     "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\nmov.u32 $0, 0;"
 )
+#: The barrier's halves, for a CTA that works between announcing its writes and waiting for its
+#: partners' (the band kernel's PREFETCH).
+_CLUSTER_ARRIVE = tl.constexpr("barrier.cluster.arrive.release.aligned;\nmov.u32 $0, 0;")
+_CLUSTER_WAIT = tl.constexpr("barrier.cluster.wait.acquire.aligned;\nmov.u32 $0, 0;")
 
 
 @triton.jit
@@ -1070,6 +1074,174 @@ def rmsnorm_backward_cluster_kernel(
             DW_PARTIAL + group.to(tl.int64) * N + start + cols,
             dw.to(DW_PARTIAL.dtype.element_ty),
             mask=mask,
+        )
+
+
+@triton.jit
+def _band_tile(DY, X, DY_B, DY_C, rows, mask, c, stride_dy, stride_x, stride_dy_b, stride_dy_c,
+               DY_PARTS: tl.constexpr, DY_SUM: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
+    """A (K, BLOCK) tile of the band's rows at columns ``c`` (1, BLOCK): ``(x, dy)`` in ACC,
+    dy summed from its parts."""
+    r = rows[:, None]
+    x = tl.load(X + r * stride_x + c, mask=mask, other=0.0)
+    dy = tl.load(DY + r * stride_dy + c, mask=mask, other=0.0)
+    B_PTRS = DY_B + r * stride_dy_b + c
+    dy = _dy_sum(dy, B_PTRS, DY_C + r * stride_dy_c + c, mask, DY_PARTS, DY_SUM, ACC)
+    return x.to(ACC), dy
+
+
+@triton.jit
+def _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk,
+              stride_dy, stride_x, stride_dy_b, stride_dy_c,
+              HAS_WEIGHT: tl.constexpr, DY_PARTS: tl.constexpr, DY_SUM: tl.constexpr,
+              ACC: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
+              C_POW2: tl.constexpr):  # fmt: skip
+    """Before the meeting: the band's (K,) sums of u * x over this CTA's columns, stored to
+    PART for the cluster (C > 1) and returned."""
+    rows = band + tl.arange(0, K)
+    rmask = rows < row_end
+    mask = rmask[:, None] & cmask
+    x, u = _band_tile(DY, X, DY_B, DY_C, rows, mask, c, stride_dy, stride_x, stride_dy_b,
+                      stride_dy_c, DY_PARTS, DY_SUM, ACC)  # fmt: skip
+    if HAS_WEIGHT:
+        u = u * wo
+    total = tl.sum(u * x, axis=1)
+    if C > 1:
+        tl.store(PART + rows * C_POW2 + chunk, total, mask=rmask)
+    return total
+
+
+@triton.jit
+def _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band, row_end, N, c, cmask,
+               stride_dy, stride_x, stride_dh, stride_dy_b, stride_dy_c,
+               HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, DY_PARTS: tl.constexpr,
+               DY_SUM: tl.constexpr, HAS_DX2: tl.constexpr, LLAMA: tl.constexpr,
+               ACC: tl.constexpr, DW_ACC: tl.constexpr, BLOCK: tl.constexpr, K: tl.constexpr,
+               C: tl.constexpr, C_POW2: tl.constexpr):  # fmt: skip
+    """After the meeting: the band's row totals (the C partials from L2 in chunk order, or this
+    CTA's own ``total`` when C == 1), the same tiles read again (L2 hits: the band was just
+    read), dx stored; returns the band's dweight terms summed over its rows (BLOCK,)."""
+    rows = band + tl.arange(0, K)
+    rmask = rows < row_end
+    mask = rmask[:, None] & cmask
+    if C > 1:
+        # (.cg: a line of partials may be stale in this SM's L1)
+        k = tl.arange(0, C_POW2)
+        parts = tl.load(
+            PART + rows[:, None] * C_POW2 + k[None, :],
+            mask=rmask[:, None] & (k[None, :] < C),
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        total = tl.sum(parts, axis=1)
+    x, dy = _band_tile(DY, X, DY_B, DY_C, rows, mask, c, stride_dy, stride_x, stride_dy_b,
+                       stride_dy_c, DY_PARTS, DY_SUM, ACC)  # fmt: skip
+    rstd = tl.load(RSTD + rows, mask=rmask, other=0.0)[:, None]
+    u = dy
+    if HAS_WEIGHT:
+        u = u * wo
+    dx = _dx(u, x, rstd, (total / N)[:, None])
+    r = rows[:, None]
+    if HAS_DH:
+        dx += tl.load(DH + r * stride_dh + c, mask=mask, other=0.0).to(ACC)
+    tl.store(DX + r * N + c, dx.to(DX.dtype.element_ty), mask=mask)
+    if HAS_DX2:
+        tl.store(DX2 + r * N + c, dx.to(DX2.dtype.element_ty), mask=mask)
+    dw = tl.zeros([BLOCK], dtype=DW_ACC)
+    if HAS_WEIGHT:
+        dw = tl.sum(_dw_term(dy, x, rstd, LLAMA, X.dtype.element_ty, DW_ACC), axis=0)
+    return dw
+
+
+@triton.jit(do_not_specialize=["M", "rows_per_program"])
+def rmsnorm_backward_band_kernel(
+    DY, X, W, RSTD, DH, DY_B, DY_C, DX, DX2, DW_PARTIAL, PART,  # as the cluster kernel's
+    stride_dy, stride_x, stride_dh, stride_w, stride_dy_b, stride_dy_c,
+    M, N, rows_per_program, offset, offset_lo,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_DH: tl.constexpr,
+    DY_PARTS: tl.constexpr,
+    DY_SUM: tl.constexpr,
+    HAS_DX2: tl.constexpr,
+    LLAMA: tl.constexpr,
+    ACC: tl.constexpr,
+    DW_ACC: tl.constexpr,
+    BLOCK: tl.constexpr,  # columns per CTA (a power of two), C * BLOCK >= N
+    C: tl.constexpr,  # CTAs per row: one hardware thread-block cluster (BackwardConfig.cluster)
+    C_POW2: tl.constexpr,  # C rounded up to a power of two (the partials' row stride)
+    PDL: tl.constexpr,  # emit _pdl_prologue's wait and early start (config.PDL)
+    PREFETCH: tl.constexpr,  # split the meeting: the next band read before waiting for this one
+    K: tl.constexpr,  # rows per meeting (BackwardConfig.band, a power of two)
+):  # fmt: skip
+    """The cluster backward's split of each row over the C CTAs of a cluster, meeting once per
+    band of K rows instead of once per row, with no row held over the meeting
+    (``BackwardConfig.band``): CTA ``pid % C`` reads its chunk of the band's K rows, stores
+    their partial sums of u * x, meets its partners, then reads the same chunks again, which
+    the band has just brought into L2, sums each row's C partials in chunk order (every CTA the
+    same total) and writes dx. DRAM moves x, dy and dx once, as the cluster kernel's, but the
+    registers hold one (K, BLOCK) tile at a time, so several CTAs fit an SM and one cluster's
+    wait overlaps another's loads. ``PREFETCH`` splits the barrier into its arrive and wait
+    halves, reading band b + 1 in between. dweight: each CTA's chunk in registers over the
+    walk, stored once for the fixed-order sum launch. Through the interpreter: C = 1 only."""
+    _pdl_prologue(PDL)
+    pid = tl.program_id(0)
+    group = pid // C
+    chunk = pid % C
+    offset = tl.cast(offset, ACC) + tl.cast(offset_lo, ACC)
+    row_start = group.to(tl.int64) * rows_per_program  # int64: every row offset is int64 too
+    row_end = tl.minimum(row_start + rows_per_program, M)
+    start = chunk * BLOCK
+    cols = tl.arange(0, BLOCK)
+    cmask = (cols < N - start)[None, :]
+    c = (start + cols)[None, :]
+    wo = tl.zeros([1, BLOCK], dtype=ACC)
+    if HAS_WEIGHT:
+        wo = tl.load(W + c * stride_w, mask=cmask, other=0.0).to(ACC) + offset
+    dw = tl.zeros([BLOCK], dtype=DW_ACC)
+    if PREFETCH and C > 1:
+        total = _band_dot(DY, X, DY_B, DY_C, PART, wo, row_start, row_end, c, cmask, chunk,
+                          stride_dy, stride_x, stride_dy_b, stride_dy_c, HAS_WEIGHT, DY_PARTS,
+                          DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
+        tl.inline_asm_elementwise(_CLUSTER_ARRIVE, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        for band in range(row_start + K, row_end, K):
+            _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk, stride_dy,
+                      stride_x, stride_dy_b, stride_dy_c, HAS_WEIGHT, DY_PARTS, DY_SUM, ACC, K,
+                      C, C_POW2)  # fmt: skip
+            tl.inline_asm_elementwise(
+                _CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+            )
+            dw += _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band - K,
+                             row_end, N, c, cmask, stride_dy, stride_x, stride_dh, stride_dy_b,
+                             stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2, LLAMA,
+                             ACC, DW_ACC, BLOCK, K, C, C_POW2)  # fmt: skip
+            tl.inline_asm_elementwise(
+                _CLUSTER_ARRIVE, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+            )
+        tl.inline_asm_elementwise(_CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        last = row_start + (row_end - row_start - 1) // K * K
+        dw += _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, last, row_end,
+                         N, c, cmask, stride_dy, stride_x, stride_dh, stride_dy_b, stride_dy_c,
+                         HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2, LLAMA, ACC, DW_ACC,
+                         BLOCK, K, C, C_POW2)  # fmt: skip
+    else:
+        for band in range(row_start, row_end, K):
+            total = _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk,
+                              stride_dy, stride_x, stride_dy_b, stride_dy_c, HAS_WEIGHT,
+                              DY_PARTS, DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
+            if C > 1:
+                tl.inline_asm_elementwise(
+                    _CLUSTER_BARRIER, "=r", [], dtype=tl.int32, is_pure=False, pack=1
+                )
+            dw += _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band,
+                             row_end, N, c, cmask, stride_dy, stride_x, stride_dh, stride_dy_b,
+                             stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2, LLAMA,
+                             ACC, DW_ACC, BLOCK, K, C, C_POW2)  # fmt: skip
+    if HAS_WEIGHT:
+        # (as _dweight_finish's sum finish: DW_ACC partials, widened exactly by the sum launch)
+        tl.store(
+            DW_PARTIAL + group.to(tl.int64) * N + c,
+            dw[None, :].to(DW_PARTIAL.dtype.element_ty),
+            mask=cmask,
         )
 
 
