@@ -61,8 +61,9 @@ def _backward(x, w, dy, cfg, *, dh=None, llama=False, offset=0.0, **kwargs):
     )
 
 
-#: Rows a meeting: one held in registers (0), bands of 1, 2 and 4 (ragged last bands at M = 7).
-BANDS = [0, 1, 2, 4]
+#: Rows a meeting: one held in registers (0), bands of 2 and 4 (ragged last bands at M = 7; a
+#: band of 1 is the same code, run by the GPU test).
+BANDS = [0, 2, 4]
 #: The features' tests: the row kernel and one band size.
 SOME_BANDS = [0, 2]
 
