@@ -1091,8 +1091,8 @@ def _band_tile(DY, X, DY_B, DY_C, rows, mask, c, stride_dy, stride_x, stride_dy_
 
 
 @triton.jit
-def _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk,
-              stride_dy, stride_x, stride_dy_b, stride_dy_c,
+def _band_dot(DY, X, W, DY_B, DY_C, PART, offset, band, row_end, c, cmask, chunk,
+              stride_dy, stride_x, stride_w, stride_dy_b, stride_dy_c,
               HAS_WEIGHT: tl.constexpr, DY_PARTS: tl.constexpr, DY_SUM: tl.constexpr,
               ACC: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
               C_POW2: tl.constexpr):  # fmt: skip
@@ -1104,7 +1104,8 @@ def _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk,
     x, u = _band_tile(DY, X, DY_B, DY_C, rows, mask, c, stride_dy, stride_x, stride_dy_b,
                       stride_dy_c, DY_PARTS, DY_SUM, ACC)  # fmt: skip
     if HAS_WEIGHT:
-        u = u * wo
+        # (read at each use, L1 / L2 hits, rather than held in registers over the walk)
+        u = u * (tl.load(W + c * stride_w, mask=cmask, other=0.0).to(ACC) + offset)
     total = tl.sum(u * x, axis=1)
     if C > 1:
         tl.store(PART + rows * C_POW2 + chunk, total, mask=rmask)
@@ -1112,8 +1113,8 @@ def _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk,
 
 
 @triton.jit
-def _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band, row_end, N, c, cmask,
-               stride_dy, stride_x, stride_dh, stride_dy_b, stride_dy_c,
+def _band_grad(DY, X, W, RSTD, DH, DY_B, DY_C, DX, DX2, PART, offset, total, band, row_end, N, c,
+               cmask, stride_dy, stride_x, stride_w, stride_dh, stride_dy_b, stride_dy_c,
                HAS_WEIGHT: tl.constexpr, HAS_DH: tl.constexpr, DY_PARTS: tl.constexpr,
                DY_SUM: tl.constexpr, HAS_DX2: tl.constexpr, LLAMA: tl.constexpr,
                ACC: tl.constexpr, DW_ACC: tl.constexpr, BLOCK: tl.constexpr, K: tl.constexpr,
@@ -1139,7 +1140,8 @@ def _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band, row_
     rstd = tl.load(RSTD + rows, mask=rmask, other=0.0)[:, None]
     u = dy
     if HAS_WEIGHT:
-        u = u * wo
+        # (read at each use, L1 / L2 hits, rather than held in registers over the walk)
+        u = u * (tl.load(W + c * stride_w, mask=cmask, other=0.0).to(ACC) + offset)
     dx = _dx(u, x, rstd, (total / N)[:, None])
     r = rows[:, None]
     if HAS_DH:
@@ -1194,48 +1196,46 @@ def rmsnorm_backward_band_kernel(
     cols = tl.arange(0, BLOCK)
     cmask = (cols < N - start)[None, :]
     c = (start + cols)[None, :]
-    wo = tl.zeros([1, BLOCK], dtype=ACC)
-    if HAS_WEIGHT:
-        wo = tl.load(W + c * stride_w, mask=cmask, other=0.0).to(ACC) + offset
     dw = tl.zeros([BLOCK], dtype=DW_ACC)
     if PREFETCH and C > 1:
-        total = _band_dot(DY, X, DY_B, DY_C, PART, wo, row_start, row_end, c, cmask, chunk,
-                          stride_dy, stride_x, stride_dy_b, stride_dy_c, HAS_WEIGHT, DY_PARTS,
-                          DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
+        total = _band_dot(DY, X, W, DY_B, DY_C, PART, offset, row_start, row_end, c, cmask,
+                          chunk, stride_dy, stride_x, stride_w, stride_dy_b, stride_dy_c,
+                          HAS_WEIGHT, DY_PARTS, DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
         tl.inline_asm_elementwise(_CLUSTER_ARRIVE, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
         for band in range(row_start + K, row_end, K):
-            _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk, stride_dy,
-                      stride_x, stride_dy_b, stride_dy_c, HAS_WEIGHT, DY_PARTS, DY_SUM, ACC, K,
-                      C, C_POW2)  # fmt: skip
+            _band_dot(DY, X, W, DY_B, DY_C, PART, offset, band, row_end, c, cmask, chunk,
+                      stride_dy, stride_x, stride_w, stride_dy_b, stride_dy_c, HAS_WEIGHT,
+                      DY_PARTS, DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
             tl.inline_asm_elementwise(
                 _CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1
             )
-            dw += _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band - K,
-                             row_end, N, c, cmask, stride_dy, stride_x, stride_dh, stride_dy_b,
-                             stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2, LLAMA,
-                             ACC, DW_ACC, BLOCK, K, C, C_POW2)  # fmt: skip
+            dw += _band_grad(DY, X, W, RSTD, DH, DY_B, DY_C, DX, DX2, PART, offset, total,
+                             band - K, row_end, N, c, cmask, stride_dy, stride_x, stride_w,
+                             stride_dh, stride_dy_b, stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS,
+                             DY_SUM, HAS_DX2, LLAMA, ACC, DW_ACC, BLOCK, K, C,
+                             C_POW2)  # fmt: skip
             tl.inline_asm_elementwise(
                 _CLUSTER_ARRIVE, "=r", [], dtype=tl.int32, is_pure=False, pack=1
             )
         tl.inline_asm_elementwise(_CLUSTER_WAIT, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
         last = row_start + (row_end - row_start - 1) // K * K
-        dw += _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, last, row_end,
-                         N, c, cmask, stride_dy, stride_x, stride_dh, stride_dy_b, stride_dy_c,
-                         HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2, LLAMA, ACC, DW_ACC,
-                         BLOCK, K, C, C_POW2)  # fmt: skip
+        dw += _band_grad(DY, X, W, RSTD, DH, DY_B, DY_C, DX, DX2, PART, offset, total, last,
+                         row_end, N, c, cmask, stride_dy, stride_x, stride_w, stride_dh,
+                         stride_dy_b, stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2,
+                         LLAMA, ACC, DW_ACC, BLOCK, K, C, C_POW2)  # fmt: skip
     else:
         for band in range(row_start, row_end, K):
-            total = _band_dot(DY, X, DY_B, DY_C, PART, wo, band, row_end, c, cmask, chunk,
-                              stride_dy, stride_x, stride_dy_b, stride_dy_c, HAS_WEIGHT,
-                              DY_PARTS, DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
+            total = _band_dot(DY, X, W, DY_B, DY_C, PART, offset, band, row_end, c, cmask, chunk,
+                              stride_dy, stride_x, stride_w, stride_dy_b, stride_dy_c,
+                              HAS_WEIGHT, DY_PARTS, DY_SUM, ACC, K, C, C_POW2)  # fmt: skip
             if C > 1:
                 tl.inline_asm_elementwise(
                     _CLUSTER_BARRIER, "=r", [], dtype=tl.int32, is_pure=False, pack=1
                 )
-            dw += _band_grad(DY, X, RSTD, DH, DY_B, DY_C, DX, DX2, PART, wo, total, band,
-                             row_end, N, c, cmask, stride_dy, stride_x, stride_dh, stride_dy_b,
-                             stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM, HAS_DX2, LLAMA,
-                             ACC, DW_ACC, BLOCK, K, C, C_POW2)  # fmt: skip
+            dw += _band_grad(DY, X, W, RSTD, DH, DY_B, DY_C, DX, DX2, PART, offset, total, band,
+                             row_end, N, c, cmask, stride_dy, stride_x, stride_w, stride_dh,
+                             stride_dy_b, stride_dy_c, HAS_WEIGHT, HAS_DH, DY_PARTS, DY_SUM,
+                             HAS_DX2, LLAMA, ACC, DW_ACC, BLOCK, K, C, C_POW2)  # fmt: skip
     if HAS_WEIGHT:
         # (as _dweight_finish's sum finish: DW_ACC partials, widened exactly by the sum launch)
         tl.store(
