@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import torch
 import triton
 
-from rmsnorm_kernel import config, ops
+from rmsnorm_kernel import config
 from rmsnorm_kernel.config import BackwardConfig
 
 
@@ -68,7 +67,7 @@ def main() -> None:
     p.add_argument("--shapes", default="4096x65536,2048x32768")
     args = p.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bwd_cluster_tune import backward_case
+    from bwd_cluster_tune import backward_case, compare
 
     if not torch.cuda.is_available():
         raise SystemExit("band_backward.py times on a GPU (its CPU tests: test_cluster_backward)")
@@ -77,47 +76,13 @@ def main() -> None:
     for m, n, dtype in SHAPES:
         if args.shapes and f"{m}x{n}" not in args.shapes.split(","):
             continue
-        x, w, dy, rstd, dx_ref, dw_ref = backward_case(m, n, dtype)
-
-        def run(cfg=None, x=x, w=w, dy=dy, rstd=rstd, dtype=dtype):
-            return ops.launch_backward(dy, x, w, rstd, 0.0, None, dtype, config=cfg)
-
-        def errs(dx, dw, dx_ref=dx_ref, dw_ref=dw_ref):
-            torch.cuda.synchronize()
-            e_dx = (dx.double() - dx_ref).abs().max().item()
-            return e_dx, (dw.double() - dw_ref).abs().max().item()
-
-        e_dx, e_dw = errs(*run())
-        ulp = torch.finfo(dtype).eps * dx_ref.abs().max().item()
-        cands = {"heuristic": run}
+        cands = {"heuristic": None}
         for c, k, warps, per_sm, prefetch in GRID:
             if triton.next_power_of_2(-(-n // c)) * c != n or n // c > 16384:
                 continue
-            cfg = band_config(m, n, c, k, warps, per_sm, bool(prefetch), index)
             name = f"C{c} K{k} w{warps} x{per_sm}/SM" + (" pre" if prefetch else "")
-            try:
-                d_dx, d_dw = errs(*run(cfg))
-            except Exception as e:  # reported, not timed
-                print(f"  {m}x{n} {name}: FAILED {type(e).__name__}: {e}"[:300], flush=True)
-                continue
-            if d_dx > 1.5 * e_dx + ulp or d_dw > 1.5 * e_dw + 1e-3 * dw_ref.abs().max():
-                print(f"  {m}x{n} {name}: WRONG dx {d_dx:.3g} ({e_dx:.3g}) dw {d_dw:.3g} "
-                      f"({e_dw:.3g})", flush=True)  # fmt: skip
-                continue
-            cands[name] = lambda cfg=cfg: run(cfg)
-        times = {name: [] for name in cands}
-        for _ in range(args.rounds):
-            for name, f in cands.items():
-                times[name].append(triton.testing.do_bench_cudagraph(f, rep=args.rep) * 1e3)
-        med = {name: statistics.median(t) for name, t in times.items()}
-        print(f"{m}x{n} {dtype}")
-        for name in sorted(med, key=med.get):
-            gbs = 3 * m * n * x.element_size() / (med[name] * 1e-6) / 1e9
-            print(f"  {name:26s} {med[name]:8.1f} us {gbs:6.0f} GB/s "
-                  f"({med['heuristic'] / med[name]:.3f}x)", flush=True)  # fmt: skip
-        out.append({"m": m, "n": n, "dtype": str(dtype), "us": med, "rounds": times,
-                    "err_heuristic": [e_dx, e_dw]})  # fmt: skip
-        del x, w, dy, rstd, dx_ref, dw_ref
+            cands[name] = band_config(m, n, c, k, warps, per_sm, bool(prefetch), index)
+        out.append(compare(backward_case(m, n, dtype), cands, args.rounds, args.rep))
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -81,6 +81,68 @@ def backward_case(m: int, n: int, dtype: torch.dtype, device: str = "cuda") -> t
     return x, w, dy, rstd, dx_ref, (dyd * xd * r).sum(0)
 
 
+def compare(case: tuple, cands: dict, rounds: int, rep: int, title: str = "") -> dict:
+    """Check each named backward config (None: the heuristic's, which must be among them) of
+    ``case`` (:func:`backward_case`) against float64 (within 1.5x the heuristic's error, plus
+    an ulp of dx and 1e-3 of dweight's largest value), then time those that pass under CUDA-graph
+    replay in ``rounds`` interleaved rounds; print them fastest first (cluster builds with
+    their registers and spills) and return the JSON row."""
+    x, w, dy, rstd, dx_ref, dw_ref = case
+    m, n = x.shape
+
+    def run(cfg):
+        return ops.launch_backward(dy, x, w, rstd, 0.0, None, x.dtype, config=cfg)
+
+    def errors(cfg):
+        dx, dw = run(cfg)
+        torch.cuda.synchronize()
+        return (
+            (dx.double() - dx_ref).abs().max().item(),
+            (dw.double() - dw_ref).abs().max().item(),
+        )
+
+    e_dx, e_dw = errors(None)
+    ulp = torch.finfo(x.dtype).eps * dx_ref.abs().max().item()
+    ok, regs = {}, {}
+    for name, cfg in cands.items():
+        try:
+            d_dx, d_dw = errors(cfg)
+        except Exception as e:  # a config that does not compile or launch: reported
+            print(f"  {m}x{n} {x.dtype} {name}: FAILED {type(e).__name__}: {e}"[:400])
+            continue
+        good = d_dx <= 1.5 * e_dx + ulp and d_dw <= 1.5 * e_dw + 1e-3 * dw_ref.abs().max()
+        if not good:
+            print(f"  {m}x{n} {x.dtype} {name}: WRONG dx err {d_dx:.3g} (heuristic {e_dx:.3g})"
+                  f" dw err {d_dw:.3g} (heuristic {e_dw:.3g})")  # fmt: skip
+            continue
+        ok[name] = cfg
+        if cfg is not None and cfg.cluster:
+            kernel = ops.BACKWARD_BAND if cfg.band else ops.BACKWARD_CLUSTER
+            clustered = list(kernel._clustered.values())
+            if clustered:
+                regs[name] = (clustered[-1].n_regs, clustered[-1].n_spills)
+    times = {name: [] for name in ok}
+    for _ in range(rounds):
+        for name, cfg in ok.items():
+            times[name].append(do_bench_cudagraph(lambda cfg=cfg: run(cfg), rep=rep) * 1e3)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    gbs = {name: 3 * m * n * x.element_size() / (us * 1e-6) / 1e9 for name, us in med.items()}
+    print(f"{m}x{n} {x.dtype} {title}", flush=True)
+    for name in sorted(med, key=med.get):
+        extra = f" regs {regs[name][0]} spills {regs[name][1]}" if name in regs else ""
+        print(f"  {name:44s} {med[name]:8.1f} us  {gbs[name]:6.0f} GB/s "
+              f"({med['heuristic'] / med[name]:.3f}x){extra}", flush=True)  # fmt: skip
+    return {
+        "m": m,
+        "n": n,
+        "dtype": str(x.dtype),
+        "us": med,
+        "rounds": times,
+        "regs": regs,
+        "err": {"heuristic": [e_dx, e_dw]},
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--json", default=None)
@@ -92,18 +154,8 @@ def main() -> None:
     for m, n, dtype in SHAPES:
         if args.shapes and f"{m}x{n}" not in args.shapes.split(","):
             continue
-        x, w, dy, rstd, dx_ref, dw_ref = backward_case(m, n, dtype)
-
-        def run(cfg, x=x, w=w, dy=dy, rstd=rstd, dtype=dtype):
-            return ops.launch_backward(dy, x, w, rstd, 0.0, None, dtype, config=cfg)
-
-        def errors(cfg, dx_ref=dx_ref, dw_ref=dw_ref):
-            dx, dw = run(cfg)
-            torch.cuda.synchronize()
-            return (
-                (dx.double() - dx_ref).abs().max().item(),
-                (dw.double() - dw_ref).abs().max().item(),
-            )
+        case = backward_case(m, n, dtype)
+        x = case[0]
 
         base = config.backward_config(
             m, n, 0, itemsize=x.element_size(), tma=False
@@ -112,8 +164,6 @@ def main() -> None:
         tiles = config._backward_geometry(m, n, 0, False, None, x.element_size(), False)
         tiles = dataclasses.replace(tiles, pdl=config.pdl_here(0))
         config.BWD_CLUSTER_LAUNCH = plans
-        e_dx, e_dw = errors(None)
-        ulp = torch.finfo(dtype).eps * dx_ref.abs().max().item()
         cands = {"heuristic": None}
         if tiles != base:  # the column tiles after the row-dot launch, as before the plans
             cands["tiles (no cluster plan)"] = tiles
@@ -122,46 +172,9 @@ def main() -> None:
             if cfg is not None:
                 name = f"cluster {c}x{cfg.block} w{warps} x{per_sm}/SM g{cfg.groups}"
                 cands[name + (" prefetch" if prefetch else "")] = cfg
-        ok, regs = {}, {}
-        for name, cfg in cands.items():
-            try:
-                d_dx, d_dw = errors(cfg)
-            except Exception as e:  # a config that does not compile or launch: reported
-                print(f"  {m}x{n} {dtype} {name}: FAILED {type(e).__name__}: {e}"[:400])
-                continue
-            good = d_dx <= 1.5 * e_dx + ulp and d_dw <= 1.5 * e_dw + 1e-3 * dw_ref.abs().max()
-            if not good:
-                print(f"  {m}x{n} {dtype} {name}: WRONG dx err {d_dx:.3g} (heuristic {e_dx:.3g})"
-                      f" dw err {d_dw:.3g} (heuristic {e_dw:.3g})")  # fmt: skip
-                continue
-            ok[name] = cfg
-            clustered = list(ops.BACKWARD_CLUSTER._clustered.values())
-            if cfg is not None and cfg.cluster and clustered:
-                regs[name] = (clustered[-1].n_regs, clustered[-1].n_spills)
-        times = {name: [] for name in ok}
-        for _ in range(args.rounds):
-            for name, cfg in ok.items():
-                times[name].append(do_bench_cudagraph(lambda cfg=cfg: run(cfg), rep=args.rep) * 1e3)
-        med = {name: statistics.median(t) for name, t in times.items()}
-        gbs = {name: 3 * m * n * x.element_size() / (us * 1e-6) / 1e9 for name, us in med.items()}
-        print(f"{m}x{n} {dtype} heuristic {base}")
-        for name in sorted(med, key=med.get):
-            extra = f" regs {regs[name][0]} spills {regs[name][1]}" if name in regs else ""
-            print(f"  {name:44s} {med[name]:8.1f} us  {gbs[name]:6.0f} GB/s "
-                  f"({med['heuristic'] / med[name]:.3f}x){extra}")  # fmt: skip
-        out.append(
-            {
-                "m": m,
-                "n": n,
-                "dtype": str(dtype),
-                "heuristic": str(base),
-                "us": med,
-                "rounds": times,
-                "regs": regs,
-                "err": {"heuristic": [e_dx, e_dw]},
-            }
-        )
-        del x, w, dy, rstd, dx_ref, dw_ref
+        row = compare(case, cands, args.rounds, args.rep, f"heuristic {base}")
+        out.append({**row, "heuristic": str(base)})
+        del x, case
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
