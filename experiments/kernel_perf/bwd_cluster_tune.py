@@ -117,8 +117,7 @@ def compare(case: tuple, cands: dict, rounds: int, rep: int, title: str = "") ->
             continue
         ok[name] = cfg
         if cfg is not None and cfg.cluster:
-            kernel = ops.BACKWARD_BAND if cfg.band else ops.BACKWARD_CLUSTER
-            clustered = list(kernel._clustered.values())
+            clustered = list(ops.BACKWARD_CLUSTER._clustered.values())
             if clustered:
                 regs[name] = (clustered[-1].n_regs, clustered[-1].n_spills)
     times = {name: [] for name in ok}

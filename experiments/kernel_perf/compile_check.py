@@ -174,35 +174,6 @@ def launch_cluster_variants():
             yield name, kernels.rmsnorm_backward_cluster_kernel, args + consts, warps
 
 
-def band_variants():
-    """The band backward (``BackwardConfig.band``) at 65536 bf16 columns for each band plan of
-    ``band_backward.GRID`` (and three that spill) with a weight; for the first plan also without
-    a weight with dh, with Llama's rounding, and with dy in three parts and dx's second dtype;
-    float32 rows at two plans. Compiled for one CTA (the launch makes the clusters)."""
-    from band_backward import GRID  # this script's folder: band_backward.py times these
-
-    m, n = 4096, 65536
-    plans = [(c, k, warps, bool(pre)) for c, k, warps, _, pre in GRID if k]
-    plans += [(8, 4, 16, False), (8, 8, 16, False), (4, 4, 16, False)]  # (spill: not timed)
-    plans = list(dict.fromkeys(plans))  # (GRID's CTAs an SM do not change the build)
-    for dtype in (torch.bfloat16, torch.float32):
-        x, w, rstd = t(m, n, dtype=dtype), t(n, dtype=dtype), t(m)
-        for c, k, warps, prefetch in plans if dtype == torch.bfloat16 else plans[:2]:
-            cases = [(True, False, 1, False, False)]
-            if (c, k, warps, prefetch) == plans[0] and dtype == torch.bfloat16:
-                cases += [(False, True, 1, False, False), (True, False, 1, False, True)]
-                cases += [(True, False, 3, True, False)]
-            for has_w, has_dh, parts, dx2, llama in cases:
-                block = n // c
-                args = (x, x, w, rstd, x, x, x, x, x, t(64, n), t(m * c), n, n, n, 1, n, n, m, n)
-                args += (64, 0.0, 0.0)
-                consts = (has_w, has_dh, parts, STORED[dtype], dx2, llama, tl.float32, tl.float32)
-                consts += (block, c, c, True, prefetch, k)
-                name = f"band bwd {dtype} N={n} C={c} K={k} w={warps} prefetch={prefetch}"
-                name += f" weight={has_w} dh={has_dh} parts={parts} dx2={dx2} llama={llama}"
-                yield name, kernels.rmsnorm_backward_band_kernel, args + consts, warps
-
-
 def columns_variants():
     """The column-strip backward (BackwardConfig.dw_columns) at small M: bf16 and float32 rows,
     with and without a weight, dh, three-part dy, Llama's rounding."""
@@ -402,11 +373,7 @@ def main():
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'
     every = itertools.chain(
-        variants(),
-        cluster_variants(),
-        launch_cluster_variants(),
-        band_variants(),
-        columns_variants(),
+        variants(), cluster_variants(), launch_cluster_variants(), columns_variants()
     )
     for name, fn, args, warps, *extra in every:
         if not only.search(name):

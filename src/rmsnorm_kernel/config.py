@@ -522,13 +522,7 @@ class BackwardConfig:
     one row a step, no pipelining, TMA, dw_columns, strided or ``ctas``. Wide rows are then read
     once, where the column tiles read them twice (after the row-dot launch). ``prefetch``
     (``cluster`` only): each CTA loads its chunk of the next row's x and dy before the meeting
-    (more registers; no value changes; not where dy comes in parts). ``band`` (``cluster``
-    only): 0, or the cluster meets once per band of ``band`` rows (a power of two up to
-    BAND_MAX) and holds no row over the meeting (``kernels.rmsnorm_backward_band_kernel``):
-    each CTA reads its chunks of a band's rows before the meeting (the partial sums) and again
-    after it (dx, dweight; L2 hits); ``prefetch`` then reads the next band between the two
-    halves of the meeting (any dy). dx's and dweight's bits depend on it, and stay the same from
-    run to run.
+    (more registers; no value changes; not where dy comes in parts).
     """
 
     block: int
@@ -549,7 +543,6 @@ class BackwardConfig:
     strided: bool = False
     cluster: int = 0
     prefetch: bool = False
-    band: int = 0
 
     def tiles_for(self, n: int) -> int:
         """Column tiles per row of ``n`` (1 when ``one_tile``)."""
@@ -570,10 +563,9 @@ class BackwardConfig:
             )
         if self.cluster:
             self._check_cluster(n)
-        elif self.prefetch or self.band:
+        elif self.prefetch:
             raise ContractValueError(
-                "BackwardConfig.prefetch and band need cluster > 0 (got "
-                f"prefetch={self.prefetch}, band={self.band}, cluster=0)"
+                "BackwardConfig.prefetch needs cluster > 0 (got prefetch=True, cluster=0)"
             )
         if self.strided:
             self._check_strided(m)
@@ -659,13 +651,6 @@ class BackwardConfig:
                 f"BackwardConfig.cluster takes none of {', '.join(taken)} (the cluster kernel "
                 "walks one row a step and finishes dweight with the sum launch)"
             )
-        band = self.band
-        power_of_two = isinstance(band, int) and 0 < band <= BAND_MAX and not band & band - 1
-        if isinstance(band, bool) or not (band == 0 or power_of_two):
-            raise ContractValueError(
-                f"BackwardConfig.band must be 0 (one row a meeting, held in registers) or a power "
-                f"of two up to {BAND_MAX}, the rows a meeting (got {band!r})"
-            )
 
     def _check_strided(self, m: int) -> None:
         """The rules of ``strided``: TMA only, and ``groups`` programs dealt row tiles round
@@ -745,10 +730,6 @@ BWD_CLUSTER_LAUNCH: dict[tuple[int, int], tuple[int, int, int, bool]] = {
     (65536, 4): (8192, 32, 1, True),
 }
 BWD_CLUSTER_MIN_M = 1024
-#: The most rows a band of the band backward (BackwardConfig.band): each CTA holds a (band,
-#: block) tile of x and dy at a time; 16 rows of an 8192-column chunk is already 512 values a
-#: thread at 8 warps, past what registers hold.
-BAND_MAX = 16
 
 
 def clusters_here(device_index: int | None) -> bool:

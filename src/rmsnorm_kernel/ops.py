@@ -71,7 +71,6 @@ BACKWARD_TMA = CachedKernel(kernels.rmsnorm_backward_tma_kernel)
 BACKWARD_COLUMNS = CachedKernel(kernels.rmsnorm_backward_columns_kernel)
 #: Launched as clusters of BackwardConfig.cluster CTAs, compiled for one (see CachedKernel).
 BACKWARD_CLUSTER = CachedKernel(kernels.rmsnorm_backward_cluster_kernel, cluster=True)
-BACKWARD_BAND = CachedKernel(kernels.rmsnorm_backward_band_kernel, cluster=True)
 DW_SUM = CachedKernel(kernels.dweight_sum_kernel)
 #: What a tensor descriptor can move: 16-bit and float32 values (float64 rows keep pointers).
 _TMA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -604,16 +603,13 @@ def launch_backward(
     if config.cluster:
         c = config.cluster
         c_pow2 = 1 << (c - 1).bit_length()
-        kernel, consts = BACKWARD_CLUSTER, (c, c_pow2, pdl, config.prefetch)
-        if config.band:
-            kernel, consts = BACKWARD_BAND, consts + (config.band,)
-        kernel.launch(
+        BACKWARD_CLUSTER.launch(
             (groups,),  # the launcher makes groups clusters of c CTAs
             (dy2, x2, w, rstd, dh, dy_b, dy_c, dx, dx2, partial)
             + (torch.empty(m * c_pow2, device=x2.device, dtype=acc) if c > 1 else rstd,)
             + (sdy, sx, sdh, sw, s_b, s_c, m, n, config.rows_per_program),
             offsets,
-            flags + consts,
+            flags + (c, c_pow2, pdl, config.prefetch),
             config.num_warps,
             1,
             index,

@@ -1,9 +1,8 @@
 """The cluster backward (``BackwardConfig.cluster``: each row over the CTAs of one hardware
-thread-block cluster, rows walked by a persistent grid of clusters, dweight by the sum launch),
-meeting once a row or once a band of rows (``BackwardConfig.band``), against the float64
-oracle, with every feature of the tile kernels (weight or none, offset, the gradient of a
-returned x + residual, Llama's rounding, dy's summed parts and dx's second dtype, strided rows,
-weight views), dweight bitwise repeatable.
+thread-block cluster, rows walked by a persistent grid of clusters, dweight by the sum launch)
+against the float64 oracle, with every feature of the tile kernels (weight or none, offset, the
+gradient of a returned x + residual, Llama's rounding, dy's summed parts and dx's second dtype,
+strided rows, weight views), dweight bitwise repeatable.
 
 On the CPU the interpreter cannot make clusters, so only ``cluster = 1`` runs there (one CTA a
 row, the same code but the barrier); on a GPU 2-8 CTAs a row, ragged and exact widths, the
@@ -61,20 +60,12 @@ def _backward(x, w, dy, cfg, *, dh=None, llama=False, offset=0.0, **kwargs):
     )
 
 
-#: Rows a meeting: one held in registers (0), bands of 2 and 4 (ragged last bands at M = 7; a
-#: band of 1 is the same code, run by the GPU test).
-BANDS = [0, 2, 4]
-#: The features' tests: the row kernel and one band size.
-SOME_BANDS = [0, 2]
-
-
-@pytest.mark.parametrize("band", BANDS, ids=lambda b: f"band{b}")
 @pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetch"])
 @pytest.mark.parametrize("dtype", [torch.float32, BF16, torch.float16], ids=str)
 @pytest.mark.parametrize("n", [1, 300, 1024])
-def test_cluster_backward_matches_the_oracle(device, dtype, n, prefetch, band):
+def test_cluster_backward_matches_the_oracle(device, dtype, n, prefetch):
     """One row to a cluster and several; a last cluster with fewer rows; repeatable bits, and
-    the same bits with the next row (or band) loaded early (``prefetch``: a hint)."""
+    the same bits with the next row loaded early (``prefetch``: a hint)."""
     m = 7 if device == "cpu" else 300
     x = torch.randn(m, n, device=device).to(dtype)
     w = (1 + 0.5 * torch.randn(n, device=device)).to(dtype)
@@ -82,7 +73,7 @@ def test_cluster_backward_matches_the_oracle(device, dtype, n, prefetch, band):
     _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     for c in _ctas(device, (2, 8)):
         for groups in (1, 3, m):
-            cfg = _config(m, n, c, groups, prefetch=prefetch, band=band)
+            cfg = _config(m, n, c, groups, prefetch=prefetch)
             dx, dw = _backward(x, w, dy, cfg)
             assert_close(dx, dx_ref, dtype, f"dx, {cfg}")
             assert_close(dw, dw_ref, dtype, f"dweight, {cfg}")
@@ -93,9 +84,8 @@ def test_cluster_backward_matches_the_oracle(device, dtype, n, prefetch, band):
                 assert torch.equal(dx, dx3) and torch.equal(dw, dw3), f"prefetch: {cfg}"
 
 
-@pytest.mark.parametrize("band", SOME_BANDS, ids=lambda b: f"band{b}")
 @pytest.mark.parametrize("offset", [0.0, 1.0])
-def test_cluster_backward_offset_without_weight_with_dh(device, offset, band):
+def test_cluster_backward_offset_without_weight_with_dh(device, offset):
     """No weight (u = dy, no dweight) and the gradient of a returned x + residual added to dx;
     with a weight, Gemma's offset (u = dy * (1 + w))."""
     m, n = 9, 700
@@ -103,7 +93,7 @@ def test_cluster_backward_offset_without_weight_with_dh(device, offset, band):
     dy = torch.randn(m, n, device=device)
     dh = torch.randn(m, n, device=device)
     for c in _ctas(device, (4,)):
-        cfg = _config(m, n, c, 2, band=band)
+        cfg = _config(m, n, c, 2)
         dx, dw = _backward(x, None, dy, cfg, dh=dh)
         assert dw is None
         _, _, dx_ref, _, _ = oracle(x, None, dy)
@@ -115,9 +105,8 @@ def test_cluster_backward_offset_without_weight_with_dh(device, offset, band):
         assert_close(dw, dw_ref, torch.float32, f"dweight, offset {offset}, {cfg}")
 
 
-@pytest.mark.parametrize("band", SOME_BANDS, ids=lambda b: f"band{b}")
 @pytest.mark.parametrize("dtype", [torch.float16, BF16], ids=str)
-def test_cluster_backward_llama_rounding_agrees_with_the_tile_kernels(device, dtype, band):
+def test_cluster_backward_llama_rounding_agrees_with_the_tile_kernels(device, dtype):
     """Llama's rounding (dweight sums dy times x * r rounded to x's dtype): the same dx and
     dweight as the heuristic's kernels to float32 rounding."""
     m, n = 6, 520
@@ -126,13 +115,12 @@ def test_cluster_backward_llama_rounding_agrees_with_the_tile_kernels(device, dt
     dy = torch.randn(m, n, device=device).to(dtype)
     want_dx, want_dw = _backward(x, w, dy, None, llama=True)
     for c in _ctas(device, (4,)):
-        dx, dw = _backward(x, w, dy, _config(m, n, c, 2, band=band), llama=True)
+        dx, dw = _backward(x, w, dy, _config(m, n, c, 2), llama=True)
         torch.testing.assert_close(dx.float(), want_dx.float(), rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(dw.double(), want_dw.double(), rtol=2e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("band", SOME_BANDS, ids=lambda b: f"band{b}")
-def test_cluster_backward_dy_parts_and_second_dx(device, band):
+def test_cluster_backward_dy_parts_and_second_dx(device):
     """The Inductor pass's inputs: dy summed from three parts in the kernel (rounded once to
     their dtype), and dx also stored rounded to bfloat16."""
     m, n = 5, 300
@@ -143,8 +131,8 @@ def test_cluster_backward_dy_parts_and_second_dx(device, band):
     dx2 = torch.empty(m, n, device=device, dtype=BF16)
     _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     for c in _ctas(device, (2,)):
-        # (prefetch is a hint the row kernel skips where dy comes in parts; bands take it)
-        cfg = _config(m, n, c, 2, prefetch=True, band=band)
+        # (prefetch is a hint the kernel skips where dy comes in parts)
+        cfg = _config(m, n, c, 2, prefetch=True)
         dx, dw = _backward(
             x, w, parts[0], cfg, dy_parts=((parts[1], n), (parts[2], n)), dx2_out=dx2
         )
@@ -153,8 +141,7 @@ def test_cluster_backward_dy_parts_and_second_dx(device, band):
         assert torch.equal(dx2, dx.to(BF16)), f"dx2, {cfg}"
 
 
-@pytest.mark.parametrize("band", SOME_BANDS, ids=lambda b: f"band{b}")
-def test_cluster_backward_strided_rows_and_weight_view(device, band):
+def test_cluster_backward_strided_rows_and_weight_view(device):
     """x and dy rows with a row stride wider than N, a weight read with its own stride."""
     m, n = 7, 400
     x = torch.randn(m, 1000, device=device)[:, 100 : 100 + n]
@@ -162,7 +149,7 @@ def test_cluster_backward_strided_rows_and_weight_view(device, band):
     w = torch.randn(n, 3, device=device)[:, 1]
     _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
     for c in _ctas(device, (4,)):
-        cfg = _config(m, n, c, 3, band=band)
+        cfg = _config(m, n, c, 3)
         _, _, rstd = ops.launch_forward(x, w, None, 1e-6, 0.0, x.dtype, stride_x=1000)
         dx, dw = ops.launch_backward(
             dy, x, w, rstd, 0.0, None, x.dtype, stride_dy=900, stride_x=1000, config=cfg
@@ -188,12 +175,7 @@ def test_cluster_backward_config_is_checked(device):
         (BackwardConfig(512, False, 2, 2, 4, False, False, 2, cluster=1), "none of stages > 1"),
         (BackwardConfig(512, False, 2, 2, 4, False, False, ctas=2, cluster=1), "none of ctas"),
         (BackwardConfig(512, False, 1, 2, 4, False, False, cluster=1), "cover M rows"),
-        (BackwardConfig(512, False, 2, 2, 4, False, False, prefetch=True), "and band need"),
-        (BackwardConfig(512, False, 2, 2, 4, False, False, band=2), "and band need"),
-        (BackwardConfig(512, False, 2, 2, 4, False, False, cluster=1, band=3), "power of two up"),
-        (BackwardConfig(512, False, 2, 2, 4, False, False, cluster=1, band=32), "power of two up"),
-        (BackwardConfig(512, False, 2, 2, 4, False, False, cluster=1, band=-2), "power of two up"),
-        (BackwardConfig(512, False, 2, 2, 4, False, False, cluster=1, band=True), "power of two"),
+        (BackwardConfig(512, False, 2, 2, 4, False, False, prefetch=True), "prefetch needs"),
     ]
     if device == "cpu":
         cfg = BackwardConfig(256, False, 2, 2, 4, False, False, cluster=2)
@@ -206,24 +188,20 @@ def test_cluster_backward_config_is_checked(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [BF16, torch.float32], ids=str)
 def test_cluster_backward_wide_rows_and_graph_replay(dtype):
-    """Rows of 65536 columns over 2, 4 and 8 CTAs (exact, and 5 short), a row or a band of rows
-    a meeting, eager through the cached launch, then captured in a CUDA graph and replayed
-    twice: the same bits each way."""
+    """Rows of 65536 columns over 2, 4 and 8 CTAs (exact, and 5 short), eager through the cached
+    launch, then captured in a CUDA graph and replayed twice: the same bits each way."""
     for n in (65536, 65536 - 5):
         m = 70
         x = torch.randn(m, n, device="cuda").to(dtype)
         w = (1 + 0.5 * torch.randn(n, device="cuda")).to(dtype)
         dy = torch.randn(m, n, device="cuda").to(dtype)
         _, _, dx_ref, dw_ref, _ = oracle(x, w, dy)
-        plans = [(2, 32, False, 0), (4, 16, True, 0), (8, 8, False, 0), (8, 16, True, 0)]
-        plans += [(8, 8, False, 2), (8, 16, True, 2), (4, 16, True, 4), (8, 8, True, 1)]
-        for c, warps, prefetch, band in plans:
-            cfg = _config(m, n, c, 9, warps, prefetch=prefetch, band=band)
-            kernel = ops.BACKWARD_BAND if band else ops.BACKWARD_CLUSTER
+        for c, warps, prefetch in ((2, 32, False), (4, 16, True), (8, 8, False), (8, 16, True)):
+            cfg = _config(m, n, c, 9, warps, prefetch=prefetch)
             dx, dw = _backward(x, w, dy, cfg)
-            cached = kernel.launches["cached"]
+            cached = ops.BACKWARD_CLUSTER.launches["cached"]
             dx2, dw2 = _backward(x, w, dy, cfg)
-            assert kernel.launches["cached"] == cached + 1, "not the cached launch"
+            assert ops.BACKWARD_CLUSTER.launches["cached"] == cached + 1, "not the cached launch"
             assert_close(dx, dx_ref, dtype, f"dx, {n} columns, {cfg}")
             assert_close(dw, dw_ref, dtype, f"dweight, {n} columns, {cfg}")
             assert torch.equal(dx, dx2) and torch.equal(dw, dw2), cfg
