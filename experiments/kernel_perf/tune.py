@@ -2156,6 +2156,10 @@ if os.environ.get("FWD_HINT"):
     FWD_HINT = [
         (*map(int, s.split("x")), torch.bfloat16) for s in os.environ["FWD_HINT"].split(",")
     ]
+#: More warps part fwdhint times without the hint (env FWD_HINT_WARPS: "16,32"), beside twice
+#: the heuristic's: part fwdwarps, replaying one x, had 32 warps unhinted 8% ahead at 1024 x
+#: 16384 bf16 on the H200 (fifty-third session), which the rotated x has to confirm.
+FWD_HINT_WARPS = [int(s) for s in os.environ.get("FWD_HINT_WARPS", "").split(",") if s]
 #: Part fwdhint's rotated inputs: at least this many bytes of distinct x (4x an H100's or
 #: H200's 50 MiB L2), so no replayed call finds its x in L2 from the call before.
 FWD_HINT_ROTATE_BYTES = 256 << 20
@@ -2197,9 +2201,11 @@ def part_fwdhint(rows):
 
         runs = {"default": ours(cfg), f"evict_last={flip.evict_last}": ours(flip)}
         if cfg.evict_last and cfg.rows == 0 and cfg.block >= n and cfg.num_warps < 32:
-            # the H100's best at 8192-16384 columns without the hint (part fwdwarps)
-            more = dataclasses.replace(flip, num_warps=2 * cfg.num_warps)
-            runs[f"evict_last=False w={more.num_warps}"] = ours(more)
+            # the H100's best at 8192-16384 columns without the hint (part fwdwarps), and any
+            # other warps asked for (FWD_HINT_WARPS)
+            for warps in sorted({2 * cfg.num_warps, *FWD_HINT_WARPS} - {cfg.num_warps}):
+                more = dataclasses.replace(flip, num_warps=warps)
+                runs[f"evict_last=False w={warps}"] = ours(more)
         from rmsnorm_kernel.cli.bench import peers
 
         liger = peers.build(["liger"], EPS).get("liger")
