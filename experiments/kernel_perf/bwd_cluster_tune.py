@@ -41,6 +41,9 @@ SHAPES = [
     (2048, 32768, FP32),
     (2048, 24576, BF16),
     (4096, 65536, FP32),
+    # fp16 lost to the column tiles at 2048 x 32768 on the H200 (53rd session): its other M
+    (1024, 32768, FP16),
+    (8192, 32768, FP16),
 ]
 #: (C, warps, CTAs an SM's worth, prefetch) per element size of x. The first H100 run (45th
 #: session, results/2026-12-06e_cluster_bwd/bwd_cluster_run1.txt) also timed 8 x 4096-8192 at 4-16
