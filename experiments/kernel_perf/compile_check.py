@@ -152,26 +152,31 @@ def cluster_variants():
 
 def launch_cluster_variants():
     """The cluster backward (``BackwardConfig.cluster``, ``config.BWD_CLUSTER_LAUNCH``'s plans):
-    each plan with a weight, and the 16-bit plan without one, with dh and with Llama's
-    rounding; compiled for one CTA (the launch makes the clusters)."""
+    each plan (16-bit ones for bf16 and fp16) as :func:`_launch_cluster_cases`; compiled for one
+    CTA (the launch makes the clusters)."""
     m = 4096
     for (row_block, size), (block, warps, _, prefetch) in config.BWD_CLUSTER_LAUNCH.items():
-        dtype = torch.float32 if size == 4 else torch.bfloat16
-        n = row_block
-        c = -(-n // block)
-        x, w, rstd = t(m, n, dtype=dtype), t(n, dtype=dtype), t(m)
-        part, scratch = t(64, n), t(m * c)
-        cases = [(True, False, False)]
-        if size == 2:
-            cases += [(False, True, False), (True, False, True)]
-        for has_w, has_dh, llama in cases:
-            args = (x, x, w, rstd, x, x, x, x, x, part, scratch, n, n, n, 1, n, n, m, n, 64)
-            args += (0.0, 0.0)
-            consts = (has_w, has_dh, 1, STORED[dtype], False, llama, tl.float32, tl.float32)
-            consts += (block, c, 1 << (c - 1).bit_length(), True, prefetch)
-            name = f"cluster bwd {dtype} N={n} C={c} w={warps} weight={has_w} dh={has_dh}"
-            name += f" llama={llama} prefetch={prefetch}"
-            yield name, kernels.rmsnorm_backward_cluster_kernel, args + consts, warps
+        for dtype in [torch.float32] if size == 4 else [torch.bfloat16, torch.float16]:
+            yield from _launch_cluster_cases(m, row_block, size, dtype, block, warps, prefetch)
+
+
+def _launch_cluster_cases(m, n, size, dtype, block, warps, prefetch):
+    """One BWD_CLUSTER_LAUNCH plan's builds for ``dtype``: with a weight, and for 16-bit rows
+    without one, with dh and with Llama's rounding."""
+    c = -(-n // block)
+    x, w, rstd = t(m, n, dtype=dtype), t(n, dtype=dtype), t(m)
+    part, scratch = t(64, n), t(m * c)
+    cases = [(True, False, False)]
+    if size == 2:
+        cases += [(False, True, False), (True, False, True)]
+    for has_w, has_dh, llama in cases:
+        args = (x, x, w, rstd, x, x, x, x, x, part, scratch, n, n, n, 1, n, n, m, n, 64)
+        args += (0.0, 0.0)
+        consts = (has_w, has_dh, 1, STORED[dtype], False, llama, tl.float32, tl.float32)
+        consts += (block, c, 1 << (c - 1).bit_length(), True, prefetch)
+        name = f"cluster bwd {dtype} N={n} C={c} w={warps} weight={has_w} dh={has_dh}"
+        name += f" llama={llama} prefetch={prefetch}"
+        yield name, kernels.rmsnorm_backward_cluster_kernel, args + consts, warps
 
 
 def columns_variants():

@@ -724,10 +724,17 @@ BWD_CLUSTERS = {32768: (2, 16, 1)}
 #: tiles move 5/3 of the bytes at ~2.9 TB/s, while each row step of a cluster waits for its
 #: slowest CTA with nothing else in flight on the SM (one CTA an SM), more so with 4 or 8 CTAs a
 #: row than with 2 (8.1 us a step of 16384 columns a CTA over 4 CTAs, 5.4 over 2).
+#: Nor float32 65536 any more (the 8 x 8192 plan above, next row loaded early): on the H200
+#: (53rd session, results/h200_2026-12-07/bwd_cluster.txt) the column tiles took 329.8 us at
+#: 1024 rows against the plan's 404.5; the tiles gain the H200's bandwidth (461.7 us on the
+#: H100), the cluster's row steps do not (446.8 there: 3% ahead on the H100 only, twice in the
+#: 54th session, results/h100_2026-12-07*). fp16 at 32768 stays: with float16 widened by the
+#: conversion instruction (kernels.FP16_WIDEN_CVT) it runs 177.4 us against the tiles' 232.4 at
+#: 2048 rows on the H100 (93.5 / 661.5 against 122.8 / 890.5 at 1024 / 8192); widened from its
+#: bits it had lost to the tiles on the H200 (185.4 against 177.4).
 BWD_CLUSTER_LAUNCH: dict[tuple[int, int], tuple[int, int, int, bool]] = {
     (32768, 2): (16384, 32, 1, False),
     (32768, 4): (16384, 32, 1, False),
-    (65536, 4): (8192, 32, 1, True),
 }
 BWD_CLUSTER_MIN_M = 1024
 
@@ -1086,6 +1093,9 @@ def forward_config(
     config = _forward_geometry(m, n, device_index, float64, packable, itemsize, residual, dtype)
     lo, hi = EVICT_LAST_ROW_BYTES
     one_cta_row = config.rows == 0 and config.ctas == 1 and not (config.split or config.cluster)
+    few = FEW_ROWS_FORWARD.get((config.block, itemsize))
+    if lo <= row_bytes <= hi and one_cta_row and not config.packed and few and m <= few[0]:
+        return dataclasses.replace(config, num_warps=few[1])  # (no hint: see FEW_ROWS_FORWARD)
     if lo <= row_bytes <= hi and one_cta_row:
         warps = max(config.num_warps, EVICT_LAST_MIN_WARPS.get(config.block, 1))
         config = dataclasses.replace(config, evict_last=True, num_warps=warps)
@@ -1168,6 +1178,20 @@ def _forward_geometry(
 #: an L2 reuse of the replayed x that the cold x does not show (91.4 unhinted, 90.8 hinted).
 EVICT_LAST_ROW_BYTES = (16384, 262144)
 EVICT_LAST_MIN_WARPS = {8192: 8}
+#: Few rows of a one-pass block, (block, bytes per value of x): (most rows, warps): instead of
+#: the evict_last hint at the block's warps, these warps unhinted. With ~15 rows an SM or fewer,
+#: each SM holds few rows at once and a row's latency (its load, its reduction) is the time;
+#: more warps a row shorten it. bf16 16384 columns, graph replay, tune.py part fwdhint with
+#: FWD_HINT_WARPS (results/h100_2026-12-07*, H100, two runs), x rotated over 256 MiB / one x
+#: replayed, us, 32 warps unhinted against the heuristic's 8 hinted:
+#:   256 rows 6.44 / 5.03 against 6.72 / 4.99; 512 rows 11.16-11.33 / 8.52-8.59 against
+#:   11.95-12.26 / 8.88-8.97; 1024 rows 25.08-25.16 / 25.09 against 25.30-25.39 / 25.27-25.38;
+#:   2048 rows 47.20-47.44 / 47.24-47.45 against 47.43-47.65 / 47.38-47.64 (16 warps between).
+#: H200 (53rd session, tune.py part fwdwarps, one x replayed): 16-32 warps unhinted 3-8% ahead
+#: at 512-2048 rows (1024 rows 18.2 against 19.8); with x rotated not yet measured there.
+#: Not at 8192 columns (512 / 1024 rows rotated: 7.03 / 12.31 against 6.13 / 10.92), nor from
+#: 4096 rows (the H200's fwdwarps: the heuristic within 0.5% of every variant).
+FEW_ROWS_FORWARD = {(16384, 2): (2048, 32)}
 
 #: 16-bit rows exactly this wide (dtype: {block: (warps, unmasked)}) take the packed one pass: the
 #: row read from DRAM once and kept 16-bit in registers (54 registers per thread for bf16 at

@@ -288,6 +288,31 @@ def test_the_heuristic_hints_evict_last_on_rows_of_the_measured_bytes(monkeypatc
         config.forward_config.cache_clear()
 
 
+def test_few_rows_of_16384_columns_take_more_warps_instead_of_the_hint(monkeypatch):
+    """FEW_ROWS_FORWARD: up to 2048 16-bit rows of 16384 columns (one pass, one row a program)
+    take 32 warps without the hint; from 2049 rows the hint at the block's 8 warps. Float32 rows
+    of 16384 (another key), 8192 columns and rows without row bytes (a residual) are not taken."""
+    monkeypatch.setattr(config, "sm_count", lambda index: 132)
+    monkeypatch.setattr(config, "clusters_here", lambda index: False)
+    config.forward_config.cache_clear()
+    try:
+        most, warps = config.FEW_ROWS_FORWARD[(16384, 2)]
+        few = config.forward_config(most, 16384, 0, False, None, 16384 * 2, 2)
+        assert (few.num_warps, few.evict_last, few.rows, few.block) == (warps, False, 0, 16384)
+        many = config.forward_config(most + 1, 16384, 0, False, None, 16384 * 2, 2)
+        assert (many.num_warps, many.evict_last) == (8, True)
+        ragged = config.forward_config(3, 12000, 0, False, None, 12000 * 2, 2)
+        assert (ragged.num_warps, ragged.evict_last, ragged.unmasked) == (warps, False, False)
+        f32 = config.forward_config(most, 16384, 0, False, None, 16384 * 4, 4)
+        assert (f32.num_warps, f32.evict_last) == (8, True)
+        narrow = config.forward_config(512, 8192, 0, False, BF16, 8192 * 2, 2)
+        assert (narrow.num_warps, narrow.evict_last) == (8, True)
+        residual = config.forward_config(512, 16384, 0, False, None, 0, 2, residual=True)
+        assert (residual.num_warps, residual.evict_last) == (8, False)
+    finally:
+        config.forward_config.cache_clear()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "dtype,n", [(d, n) for d, widths in config.PACKED_FORWARD.items() for n in sorted(widths)]
@@ -313,7 +338,15 @@ def test_packed_pass_at_its_widths_on_the_gpu(dtype, n, llama):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "n,dtype", [(1024, BF16), (4096, torch.float32), (8192, BF16), (65536, BF16), (262144, BF16)]
+    "n,dtype",
+    [
+        (1024, BF16),
+        (4096, torch.float32),
+        (8192, BF16),
+        (16384, BF16),
+        (65536, BF16),
+        (262144, BF16),
+    ],
 )
 def test_evict_last_changes_no_bit_at_the_heuristics_widths_on_the_gpu(n, dtype):
     """The heuristic's config at widths of each path (several rows, one pass, packed, chunked),
