@@ -25,11 +25,12 @@ dweight is bitwise reproducible whatever the scheduling.
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from . import backend  # noqa: F401  (sets TRITON_INTERPRET before @triton.jit runs)
+from . import backend  # (first: sets TRITON_INTERPRET before @triton.jit runs)
 
 #: The one-pass forward loads the weight beside the row, before the reduction, for row blocks up
 #: to this. Measured on a copy of this kernel with that order (experiments/kernel_perf/
@@ -77,8 +78,10 @@ def _row_store(ptrs, v, mask, UNMASKED: tl.constexpr):
 #: float16 -> float32 in :func:`_widen_by_bits` through the hardware conversion (``cvt.f32.f16``,
 #: one instruction, as inline PTX: opaque, so the compiler cannot merge it with another cast of
 #: the same values) instead of rebuilding the float32 from the bits (about eight integer
-#: instructions a value). Compiled kernels only: the interpreter runs no PTX.
-FP16_WIDEN_CVT = tl.constexpr(backend.BACKEND == "cuda")
+#: instructions a value; the fp16 cluster backward 2048 x 32768 on an H100 177.4 us against
+#: 222.0, experiments/kernel_perf/widen_ab.py). NVIDIA compiled kernels only: the interpreter
+#: and ROCm run no PTX.
+FP16_WIDEN_CVT = tl.constexpr(backend.BACKEND == "cuda" and torch.version.hip is None)
 
 
 @triton.jit
