@@ -2158,7 +2158,8 @@ if os.environ.get("FWD_HINT"):
     ]
 #: More warps part fwdhint times without the hint (env FWD_HINT_WARPS: "16,32"), beside twice
 #: the heuristic's: part fwdwarps, replaying one x, had 32 warps unhinted 8% ahead at 1024 x
-#: 16384 bf16 on the H200 (fifty-third session), which the rotated x has to confirm.
+#: 16384 bf16 on the H200 (fifty-third session); with x rotated on the H100 too (fifty-fourth:
+#: config.FEW_ROWS_FORWARD), where these warps are also timed with the hint.
 FWD_HINT_WARPS = [int(s) for s in os.environ.get("FWD_HINT_WARPS", "").split(",") if s]
 #: Part fwdhint's rotated inputs: at least this many bytes of distinct x (4x an H100's or
 #: H200's 50 MiB L2), so no replayed call finds its x in L2 from the call before.
@@ -2180,8 +2181,9 @@ def _cycling(run, xs):
 
 def part_fwdhint(rows):
     """Forward in graph mode at FWD_HINT: the heuristic's config with and without
-    ``evict_last`` on x (a hint: checked bit for bit), without it at twice the warps for one-pass
-    rows that take it (another reduction order: not checked), and Liger, each on the same x
+    ``evict_last`` on x (a hint: checked bit for bit), one-pass rows at other warps (twice the
+    heuristic's where it hints, FWD_HINT_WARPS; another reduction order: not checked), and
+    Liger, each on the same x
     every call (the bench's graph mode, where a replayed call may find its x in L2 from the call
     before) and on x rotated over FWD_HINT_ROTATE_BYTES of distinct tensors, interleaved
     rounds."""
@@ -2200,12 +2202,16 @@ def part_fwdhint(rows):
             return lambda x: ops.launch_forward(x, w, None, EPS, 0.0, dtype, config=c)
 
         runs = {"default": ours(cfg), f"evict_last={flip.evict_last}": ours(flip)}
-        if cfg.evict_last and cfg.rows == 0 and cfg.block >= n and cfg.num_warps < 32:
-            # the H100's best at 8192-16384 columns without the hint (part fwdwarps), and any
-            # other warps asked for (FWD_HINT_WARPS)
-            for warps in sorted({2 * cfg.num_warps, *FWD_HINT_WARPS} - {cfg.num_warps}):
-                more = dataclasses.replace(flip, num_warps=warps)
-                runs[f"evict_last=False w={warps}"] = ours(more)
+        if cfg.rows == 0 and cfg.block >= n:
+            # one pass: without the hint at twice the heuristic's warps (the H100's best at
+            # 8192-16384 columns, part fwdwarps) and at any warps asked for (FWD_HINT_WARPS);
+            # where the heuristic itself is unhinted (config.FEW_ROWS_FORWARD), those warps
+            # with the hint too (the rule it replaced: 8 warps hinted)
+            more = {*FWD_HINT_WARPS, *([2 * cfg.num_warps] if cfg.evict_last else [])}
+            for warps in sorted({w for w in more if w <= 32} - {cfg.num_warps}):
+                for hint in (False, True) if not cfg.evict_last else (False,):
+                    other = dataclasses.replace(cfg, evict_last=hint, num_warps=warps)
+                    runs[f"evict_last={hint} w={warps}"] = ours(other)
         from rmsnorm_kernel.cli.bench import peers
 
         liger = peers.build(["liger"], EPS).get("liger")
