@@ -68,8 +68,11 @@ def test_resume_is_bitwise_identical(k, uninterrupted, tmp_path):
 )
 def test_signal_saves_last_ckpt_exits_non_zero_and_resumes_identically(sig, name, code, tmp_path):
     """A real process on CPU: a signal mid-training, then resume in this process."""
-    # PyTorch's norm: the kernels are not the point here, and 300 of its steps take seconds.
-    steps = 300
+    # PyTorch's norm: the kernels are not the point here. ~1.2 ms a step on a 2-core CPU, so
+    # 3000 steps last ~4 s and the signal sent ~0.3 s in lands mid-training even when this
+    # process is starved of CPU. (With 300, ~0.4 s, a loaded CI machine once saw the child
+    # finish before its signal arrived.)
+    steps = 3000
     args = ("norm=torch", "trainer.val_check_interval=50", f"trainer.max_steps={steps}")
     run_dir = tmp_path / "killed"
     cmd = train_command(
