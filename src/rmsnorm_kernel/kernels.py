@@ -75,7 +75,7 @@ def _row_store(ptrs, v, mask, UNMASKED: tl.constexpr):
         tl.store(ptrs, v, mask=mask)
 
 
-#: float16 -> float32 in :func:`_widen_by_bits` through the hardware conversion (``cvt.f32.f16``,
+#: float16 -> float32 in :func:`_widen_exact` through the hardware conversion (``cvt.f32.f16``,
 #: one instruction, as inline PTX: opaque, so the compiler cannot merge it with another cast of
 #: the same values) instead of rebuilding the float32 from the bits (about eight integer
 #: instructions a value; the fp16 cluster backward 2048 x 32768 on an H100 177.4 us against
@@ -94,10 +94,6 @@ def _widen_by_bits(v):
     bits = v.to(tl.uint16, bitcast=True).to(tl.uint32)
     if v.dtype == tl.bfloat16:
         wide = (bits << 16).to(tl.float32, bitcast=True)
-    elif FP16_WIDEN_CVT:
-        wide = tl.inline_asm_elementwise(
-            "cvt.f32.f16 $0, $1;", "=r,h", [v], dtype=tl.float32, is_pure=True, pack=1
-        )
     else:
         sign = (bits & 0x8000) << 16
         body = (bits & 0x7FFF) << 13
@@ -105,6 +101,25 @@ def _widen_by_bits(v):
         special = (body | 0x7F800000).to(tl.float32, bitcast=True)  # inf, or NaN's payload
         magnitude = tl.where((bits & 0x7C00) == 0x7C00, special, scaled)
         wide = (magnitude.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    return wide
+
+
+@triton.jit
+def _widen_exact(v):
+    """:func:`_widen_by_bits`'s values, float16 through ``cvt.f32.f16`` where FP16_WIDEN_CVT
+    (the packed one-row pass, the cluster backward: measured there). The cluster forward keeps
+    the bits: its fp16 plan's 64-register cap (config.CLUSTER_FORWARD) was measured with them,
+    and with the conversion ptxas spills 64 bytes under that cap instead of 8 (sm_90, Triton
+    3.6), not yet timed."""
+    if v.dtype == tl.float16:
+        if FP16_WIDEN_CVT:
+            wide = tl.inline_asm_elementwise(
+                "cvt.f32.f16 $0, $1;", "=r,h", [v], dtype=tl.float32, is_pure=True, pack=1
+            )
+        else:
+            wide = _widen_by_bits(v)
+    else:
+        wide = _widen_by_bits(v)
     return wide
 
 
@@ -176,7 +191,7 @@ def rmsnorm_forward_kernel(
         if STORE_RSTD and BLOCK <= WEIGHT_FIRST_MAX_BLOCK:
             tl.store(RSTD + row, rstd)  # before the output, with the weight-first order
         if PACKED:
-            x = _widen_by_bits(x16)  # the same values as the cast, from the 16-bit row
+            x = _widen_exact(x16)  # the same values as the cast, from the 16-bit row
         y = x * rstd
         if LLAMA:
             y = y.to(X.dtype.element_ty).to(ACC)
@@ -969,9 +984,9 @@ def rmsnorm_backward_kernel(
 
 @triton.jit
 def _widened(v, ACC: tl.constexpr):
-    """``v`` in ACC: 16-bit values from their bits (:func:`_widen_by_bits`), others cast."""
+    """``v`` in ACC: 16-bit values by :func:`_widen_exact`, others cast."""
     if v.dtype == tl.float16 or v.dtype == tl.bfloat16:
-        return _widen_by_bits(v).to(ACC)
+        return _widen_exact(v).to(ACC)
     else:
         return v.to(ACC)
 
