@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The fifty-fourth session's changes on an H200 in one call (carry .whl; ~5 minutes): their GPU
+# The fifty-fourth session's changes on an H200 in one call (carry .whl; ~7 minutes): their GPU
 # tests, the float16 widening A/B (widen_ab.py: the package as it is, cvt.f32.f16, against a copy
 # of src/ with kernels.FP16_WIDEN_CVT off, alternating processes), the few-rows forward rule
 # with x rotated (tune.py part fwdhint, FEW_ROWS_FORWARD's shapes; the heuristic is the 32-warp
-# unhinted config there, "evict_last=False w=32" its unhinted twin) and the fp16 forward's
-# register cap (split_tune.py --pkg-cluster). Writes $OUT/summary.txt, pytest.log, widen.txt,
-# fwdhint.log, cap_pkg.txt and their JSON.
+# unhinted config there; 8 warps hinted the rule it replaced) and the cluster forward's fp16
+# widening and register cap (split_tune.py --pkg-cluster, the package against a copy whose
+# cluster forward widens by cvt). Writes $OUT/summary.txt, pytest.log, widen.txt, fwdhint.log,
+# cap_pkg_{bits,cvt}.txt and their JSON.
 #   bash experiments/h200/widen_few_rows.sh "$OUT"
 set -u
 out=${1:?usage: widen_few_rows.sh OUTDIR}
@@ -35,8 +36,18 @@ FWD_HINT=256x16384,512x16384,1024x16384,2048x16384,4096x16384 FWD_HINT_WARPS=8,3
   timeout 100 python3 experiments/kernel_perf/tune.py --parts fwdhint --out "$out/fwdhint.json" \
   > "$out/fwdhint.log" 2>&1
 echo "fwdhint rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-t0=$SECONDS
-timeout 60 python3 experiments/kernel_perf/split_tune.py --quick --pkg-cluster --rounds 3 \
-  --rep 15 --shapes 512x131072 --json "$out/cap_pkg.json" 2>&1 | grep -v -i warn \
-  > "$out/cap_pkg.txt"
-echo "cap wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+# The cluster forward: the package (fp16 from its bits) and a copy whose cluster forward widens
+# fp16 by cvt.f32.f16 (_widen_exact at its output), each with its plans and the uncapped ones.
+rm -rf /tmp/srcfwdcvt && cp -r src /tmp/srcfwdcvt
+sed -i 's/y = _widen_by_bits(x16) \* rstd  # the cast/y = _widen_exact(x16) * rstd  # the cast/' \
+  /tmp/srcfwdcvt/rmsnorm_kernel/kernels.py
+grep -c "y = _widen_exact(x16) \* rstd" /tmp/srcfwdcvt/rmsnorm_kernel/kernels.py || exit 1
+for v in bits cvt; do
+  t0=$SECONDS
+  case $v in bits) S=$PWD/src;; cvt) S=/tmp/srcfwdcvt;; esac
+  PYTHONPATH=/tmp/site:$S:$PWD/experiments/kernel_perf timeout 80 python3 \
+    experiments/kernel_perf/split_tune.py --quick --pkg-cluster --rounds 3 --rep 15 \
+    --shapes 512x131072,256x262144 --json "$out/cap_pkg_$v.json" 2>&1 | grep -v -i warn \
+    > "$out/cap_pkg_$v.txt"
+  echo "cluster forward $v wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+done
