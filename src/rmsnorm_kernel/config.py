@@ -1093,10 +1093,10 @@ def forward_config(
     config = _forward_geometry(m, n, device_index, float64, packable, itemsize, residual, dtype)
     lo, hi = EVICT_LAST_ROW_BYTES
     one_cta_row = config.rows == 0 and config.ctas == 1 and not (config.split or config.cluster)
-    few = FEW_ROWS_FORWARD.get((config.block, itemsize))
-    if lo <= row_bytes <= hi and one_cta_row and not config.packed and few and m <= few[0]:
-        return dataclasses.replace(config, num_warps=few[1])  # (no hint: see FEW_ROWS_FORWARD)
     if lo <= row_bytes <= hi and one_cta_row:
+        few = FEW_ROWS_FORWARD.get((config.block, itemsize))
+        if few and not config.packed and m <= few[0]:
+            return dataclasses.replace(config, num_warps=few[1])  # no hint: FEW_ROWS_FORWARD
         warps = max(config.num_warps, EVICT_LAST_MIN_WARPS.get(config.block, 1))
         config = dataclasses.replace(config, evict_last=True, num_warps=warps)
     return config
