@@ -111,13 +111,10 @@ def _widen_exact(v):
     the bits: its fp16 plan's 64-register cap (config.CLUSTER_FORWARD) was measured with them,
     and with the conversion ptxas spills 64 bytes under that cap instead of 8 (sm_90, Triton
     3.6), not yet timed."""
-    if v.dtype == tl.float16:
-        if FP16_WIDEN_CVT:
-            wide = tl.inline_asm_elementwise(
-                "cvt.f32.f16 $0, $1;", "=r,h", [v], dtype=tl.float32, is_pure=True, pack=1
-            )
-        else:
-            wide = _widen_by_bits(v)
+    if v.dtype == tl.float16 and FP16_WIDEN_CVT:
+        wide = tl.inline_asm_elementwise(
+            "cvt.f32.f16 $0, $1;", "=r,h", [v], dtype=tl.float32, is_pure=True, pack=1
+        )
     else:
         wide = _widen_by_bits(v)
     return wide
