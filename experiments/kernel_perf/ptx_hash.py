@@ -42,7 +42,9 @@ def normalised(ptx: str) -> str:
 
 def main() -> None:
     only = re.compile(os.environ.get("FILTER", ""))
-    every = itertools.chain(cc.variants(), cc.cluster_variants(), cc.columns_variants())
+    every = itertools.chain(
+        cc.variants(), cc.cluster_variants(), cc.launch_cluster_variants(), cc.columns_variants()
+    )
     for name, fn, args, warps, *extra in every:
         if not only.search(name):
             continue
