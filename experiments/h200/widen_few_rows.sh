@@ -7,18 +7,23 @@
 # widening and register cap (split_tune.py --pkg-cluster, the package against a copy whose
 # cluster forward widens by cvt). Writes $OUT/summary.txt, pytest.log, widen.txt, fwdhint.log,
 # cap_pkg_{bits,cvt}.txt and their JSON.
-#   bash experiments/h200/widen_few_rows.sh "$OUT"
+#   [PARTS=tests|timing] bash experiments/h200/widen_few_rows.sh "$OUT"
+# PARTS=tests runs the GPU tests alone, PARTS=timing the rest (default: both, tests first).
 set -u
 out=${1:?usage: widen_few_rows.sh OUTDIR}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/summary.txt"
+parts=${PARTS:-tests,timing}
+if [[ $parts == *tests* ]]; then
 t0=$SECONDS
 HYPOTHESIS_PROFILE=gpu PYTHONPATH=$PWD/src timeout 200 python3 -m pytest -q -p no:cacheprovider \
   -n 8 -rfE tests/kernel/test_forward_variants.py tests/kernel/test_config.py \
   tests/kernel/test_cluster_backward.py tests/kernel/test_backend.py > "$out/pytest.log" 2>&1
 echo "pytest rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 tail -1 "$out/pytest.log" | tee -a "$out/summary.txt"
+fi
+[[ $parts == *timing* ]] || exit 0
 rm -rf /tmp/srcbits && cp -r src /tmp/srcbits
 sed -i 's/^FP16_WIDEN_CVT = tl.constexpr(.*)$/FP16_WIDEN_CVT = tl.constexpr(False)/' \
   /tmp/srcbits/rmsnorm_kernel/kernels.py
