@@ -16,12 +16,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/summary.txt"
 parts=${PARTS:-tests,timing}
 if [[ $parts == *tests* ]]; then
-t0=$SECONDS
-HYPOTHESIS_PROFILE=gpu PYTHONPATH=$PWD/src timeout 200 python3 -m pytest -q -p no:cacheprovider \
-  -n 8 -rfE tests/kernel/test_forward_variants.py tests/kernel/test_config.py \
-  tests/kernel/test_cluster_backward.py tests/kernel/test_backend.py > "$out/pytest.log" 2>&1
-echo "pytest rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-tail -1 "$out/pytest.log" | tee -a "$out/summary.txt"
+  t0=$SECONDS
+  HYPOTHESIS_PROFILE=gpu PYTHONPATH=$PWD/src timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    -n 8 -rfE tests/kernel/test_forward_variants.py tests/kernel/test_config.py \
+    tests/kernel/test_cluster_backward.py tests/kernel/test_backend.py > "$out/pytest.log" 2>&1
+  echo "pytest rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+  tail -1 "$out/pytest.log" | tee -a "$out/summary.txt"
 fi
 [[ $parts == *timing* ]] || exit 0
 rm -rf /tmp/srcbits && cp -r src /tmp/srcbits
