@@ -7,14 +7,16 @@
 # widening and register cap (split_tune.py --pkg-cluster, the package against a copy whose
 # cluster forward widens by cvt). Writes $OUT/summary.txt, pytest.log, widen.txt, fwdhint.log,
 # cap_pkg_{bits,cvt}.txt and their JSON.
-#   [PARTS=tests|timing] bash experiments/h200/widen_few_rows.sh "$OUT"
-# PARTS=tests runs the GPU tests alone, PARTS=timing the rest (default: both, tests first).
+#   [PARTS=...] bash experiments/h200/widen_few_rows.sh "$OUT"
+# PARTS: a comma list of tests, widen, fwdhint, cluster; timing = widen,fwdhint,cluster (default:
+# all four, in that order).
 set -u
 out=${1:?usage: widen_few_rows.sh OUTDIR}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$out/summary.txt"
 parts=${PARTS:-tests,timing}
+parts=${parts//timing/widen,fwdhint,cluster}
 if [[ $parts == *tests* ]]; then
   t0=$SECONDS
   HYPOTHESIS_PROFILE=gpu PYTHONPATH=$PWD/src timeout 200 python3 -m pytest -q -p no:cacheprovider \
@@ -23,24 +25,28 @@ if [[ $parts == *tests* ]]; then
   echo "pytest rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
   tail -1 "$out/pytest.log" | tee -a "$out/summary.txt"
 fi
-[[ $parts == *timing* ]] || exit 0
-rm -rf /tmp/srcbits && cp -r src /tmp/srcbits
-sed -i 's/^FP16_WIDEN_CVT = tl.constexpr(.*)$/FP16_WIDEN_CVT = tl.constexpr(False)/' \
-  /tmp/srcbits/rmsnorm_kernel/kernels.py
-grep -c "^FP16_WIDEN_CVT = tl.constexpr(False)" /tmp/srcbits/rmsnorm_kernel/kernels.py || exit 1
-t0=$SECONDS
-for v in cvt bits cvt2 bits2; do
-  case $v in cvt*) S=$PWD/src;; bits*) S=/tmp/srcbits;; esac
-  PYTHONPATH=$S timeout 120 python3 experiments/kernel_perf/widen_ab.py --label $v \
-    --json "$out/widen_$v.json" 2>&1 | grep -v -i warn | tee -a "$out/widen.txt"
-done
-echo "widen wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+if [[ $parts == *widen* ]]; then
+  rm -rf /tmp/srcbits && cp -r src /tmp/srcbits
+  sed -i 's/^FP16_WIDEN_CVT = tl.constexpr(.*)$/FP16_WIDEN_CVT = tl.constexpr(False)/' \
+    /tmp/srcbits/rmsnorm_kernel/kernels.py
+  grep -c "^FP16_WIDEN_CVT = tl.constexpr(False)" /tmp/srcbits/rmsnorm_kernel/kernels.py || exit 1
+  t0=$SECONDS
+  for v in cvt bits cvt2 bits2; do
+    case $v in cvt*) S=$PWD/src;; bits*) S=/tmp/srcbits;; esac
+    PYTHONPATH=$S timeout 120 python3 experiments/kernel_perf/widen_ab.py --label $v \
+      --json "$out/widen_$v.json" 2>&1 | grep -v -i warn | tee -a "$out/widen.txt"
+  done
+  echo "widen wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+fi
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/experiments/kernel_perf
-t0=$SECONDS
-FWD_HINT=256x16384,512x16384,1024x16384,2048x16384,4096x16384 FWD_HINT_WARPS=8,32 \
-  timeout 100 python3 experiments/kernel_perf/tune.py --parts fwdhint --out "$out/fwdhint.json" \
-  > "$out/fwdhint.log" 2>&1
-echo "fwdhint rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+if [[ $parts == *fwdhint* ]]; then
+  t0=$SECONDS
+  FWD_HINT=256x16384,512x16384,1024x16384,2048x16384,4096x16384 FWD_HINT_WARPS=8,32 \
+    timeout 100 python3 experiments/kernel_perf/tune.py --parts fwdhint --out "$out/fwdhint.json" \
+    > "$out/fwdhint.log" 2>&1
+  echo "fwdhint rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
+fi
+[[ $parts == *cluster* ]] || exit 0
 # The cluster forward: the package (fp16 from its bits) and a copy whose cluster forward widens
 # fp16 by cvt.f32.f16 (_widen_exact at its output), each with its plans and the uncapped ones.
 rm -rf /tmp/srcfwdcvt && cp -r src /tmp/srcfwdcvt

@@ -54,9 +54,11 @@ def resources(kernel) -> str:
     return line[0].strip() if line else out.stdout[-200:]
 
 
-def compile_one(fn, args, num_warps, num_stages=1, num_ctas=1):
+def compile_one(fn, args, num_warps, num_stages=1, num_ctas=1, maxnreg=0):
     binder = create_function_from_signature(fn.signature, fn.params, BACKEND)
     kwargs = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas)
+    if maxnreg:  # ptxas' register cap (ForwardConfig.maxnreg), as launch.CachedKernel passes it
+        kwargs["maxnreg"] = maxnreg
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(
         BACKEND, kwargs, bound, specialization, options
@@ -158,6 +160,26 @@ def launch_cluster_variants():
     for (row_block, size), (block, warps, _, prefetch) in config.BWD_CLUSTER_LAUNCH.items():
         for dtype in [torch.float32] if size == 4 else [torch.bfloat16, torch.float16]:
             yield from _launch_cluster_cases(m, row_block, size, dtype, block, warps, prefetch)
+
+
+def launch_cluster_forward_variants():
+    """The cluster forward (``ForwardConfig.cluster``, ``config.CLUSTER_FORWARD``'s plans), as
+    ``ops.launch_forward`` builds each: at the widest row the plan covers in MAX_CLUSTER CTAs,
+    with a weight, under the plan's register cap (fp16 then widened from its bits, else by
+    ``_widen_exact``); compiled for one CTA (the launch makes the clusters)."""
+    m = 512
+    floats = (1e-6, 0.0, 0.0, 0.0)
+    for (dtype, has_r), plans in config.CLUSTER_FORWARD.items():
+        for block, warps, maxnreg in plans:
+            c = config.MAX_CLUSTER
+            n = c * block
+            c_pow2 = 1 << (c - 1).bit_length()
+            x, w, rstd = t(m, n, dtype=dtype), t(n, dtype=dtype), t(m)
+            args = (x, x, w, x, x, rstd, t(m * c_pow2), n, n if has_r else 0, 1, n, *floats)
+            consts = (True, has_r, False, tl.float32, block, c, c_pow2, False, True, True)
+            consts += (not maxnreg,)
+            name = f"cluster fwd {dtype} res={has_r} N={n} C={c} w={warps} maxnreg={maxnreg}"
+            yield name, kernels.rmsnorm_forward_cluster_kernel, args + consts, warps, 1, 1, maxnreg
 
 
 def _launch_cluster_cases(m, n, size, dtype, block, warps, prefetch):
@@ -378,7 +400,11 @@ def main():
     t0 = time.time()
     only = re.compile(os.environ.get("FILTER", ""))  # e.g. FILTER='^bwd .*N=4096'
     every = itertools.chain(
-        variants(), cluster_variants(), launch_cluster_variants(), columns_variants()
+        variants(),
+        cluster_variants(),
+        launch_cluster_variants(),
+        launch_cluster_forward_variants(),
+        columns_variants(),
     )
     for name, fn, args, warps, *extra in every:
         if not only.search(name):

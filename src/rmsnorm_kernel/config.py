@@ -933,8 +933,8 @@ MAX_CLUSTER = 8
 #:   95.9; 2 x 65536 at 32 87.2; quack 68.2 on the bench of 2026-12-05); 1024 x 100000 7 x 16384
 #:   133.2 vs 151.3; wider rows 65536 at 32: 256 x 262144 90.3 vs 110.1, 128 x 524288 92.7 vs
 #:   110.9, 1024 x 150000 (3 CTAs) 214.9 vs 252.0;
-#:   fp16 512 x 131072 8 x 16384 at 8 88.1-88.6 vs 107.6-108.0; no wider plan: 256 x 262144
-#:   4 x 65536 at 32 111.3 vs 109.4 (fp16's widening by bits is slow in wide chunks);
+#:   fp16 512 x 131072 8 x 16384 at 8 88.1-88.6 vs 107.6-108.0; 256 x 262144 4 x 65536 at 32
+#:   111.3 vs 109.4 with the bits (fp16's widening by bits is slow in wide chunks: see below);
 #:   bf16 + residual 4 x 32768 at 32: 512 x 131072 150.3 vs 158.4, 256 x 262144 (8 CTAs) 151.7
 #:   vs 159.4 (bf16 65536 x 32 warps spills with a residual: 264 bytes of stack on sm_90);
 #:   float32 32768 at 32: 1024 x 65536 149.5 vs 167.6, 1024 x 100000 257.5 vs 314.5, 512 x
@@ -951,10 +951,15 @@ MAX_CLUSTER = 8
 #:   in the package 101.0 against 105.3 (--pkg-cluster, -06d); caps 48 and 56 spill more and
 #:   lose (117.8, 112.3). bf16's same plan gains 1.2% under 64 (72 uncapped): left uncapped.
 #:   Not yet timed on an H200 (the same 64K registers an SM).
+#: fp16 65536 at 32 warps: the uncapped cluster kernel widens fp16 by cvt.f32.f16
+#:   (kernels._widen_exact); on an H100 (57th session, widen_few_rows.sh PARTS=cluster, 3
+#:   rounds) 256 x 262144 113.8 us against 123.0 for the split-row kernel the rules gave, and
+#:   132.2 with the bits (why it lost on the H200 in the 41st session: 111.3 vs 109.4, bits).
+#:   Not yet timed on an H200 with the conversion.
 CLUSTER_MIN_ROW_BYTES = 192 * 1024
 CLUSTER_FORWARD: dict[tuple[torch.dtype, bool], tuple[tuple[int, int, int], ...]] = {
     (torch.bfloat16, False): ((16384, 8, 0), (65536, 32, 0)),
-    (torch.float16, False): ((16384, 8, 64),),
+    (torch.float16, False): ((16384, 8, 64), (65536, 32, 0)),
     (torch.bfloat16, True): ((32768, 32, 0),),
     (torch.float32, False): ((32768, 32, 0),),
     (torch.float32, True): ((32768, 32, 0),),

@@ -107,10 +107,12 @@ def _widen_by_bits(v):
 @triton.jit
 def _widen_exact(v):
     """:func:`_widen_by_bits`'s values, float16 through ``cvt.f32.f16`` where FP16_WIDEN_CVT
-    (the packed one-row pass, the cluster backward: measured there). The cluster forward keeps
-    the bits: its fp16 plan's 64-register cap (config.CLUSTER_FORWARD) was measured with them,
-    and with the conversion ptxas spills 64 bytes under that cap instead of 8 (sm_90, Triton
-    3.6), not yet timed."""
+    (the packed one-row pass, the cluster backward, the uncapped cluster forward: measured
+    there). The cluster forward under a register cap keeps the bits: with the conversion ptxas
+    spills 64 bytes under the fp16 plan's 64-register cap instead of 8 (sm_90, Triton 3.6), and
+    on an H100 512 x 131072 fp16 took 114.1 us against 100.8 with the bits (57th session,
+    widen_few_rows.sh PARTS=cluster); uncapped, the conversion won (8 x 16384: 103.2 against
+    105.7; 4 x 65536 at 256 x 262144: 113.8 against 132.2)."""
     if v.dtype == tl.float16 and FP16_WIDEN_CVT:
         wide = tl.inline_asm_elementwise(
             "cvt.f32.f16 $0, $1;", "=r,h", [v], dtype=tl.float32, is_pure=True, pack=1
@@ -593,6 +595,7 @@ def rmsnorm_forward_cluster_kernel(
     HAS_OFFSET: tl.constexpr,
     STORE_RSTD: tl.constexpr,
     EVEN: tl.constexpr,  # N == C * BLOCK: loads and stores without masks (fewer registers)
+    WIDEN_CVT: tl.constexpr,  # fp16 output widened by _widen_exact (uncapped launches), else bits
 ):  # fmt: skip
     """Each row over the C CTAs of one thread-block cluster (``ForwardConfig.cluster``): CTA
     ``pid`` holds chunk ``pid % C`` of row ``pid // C`` in registers, so x is read from DRAM
@@ -604,8 +607,9 @@ def rmsnorm_forward_cluster_kernel(
     partials may be stale in this SM's L1) and sums them in chunk order, so every CTA computes
     the same rstd, with the bits of the split-row kernel of the same block and warps.
 
-    16-bit chunks stay 16-bit in registers and are widened twice (a cast for the sum, the bits
-    for the output: :func:`_widen_by_bits`), as the packed one-row pass; the weight is loaded
+    16-bit chunks stay 16-bit in registers and are widened twice (a cast for the sum, then for
+    the output :func:`_widen_exact` with WIDEN_CVT, else :func:`_widen_by_bits`: under a register
+    cap the conversion spills more), as the packed one-row pass; the weight is loaded
     after the barrier, so it is not held through the wait. Through the interpreter (no
     clusters): C = 1 only."""
     pid = tl.program_id(0)
@@ -633,7 +637,10 @@ def rmsnorm_forward_cluster_kernel(
         total = tl.sum(parts, axis=0)
     rstd = 1.0 / tl.sqrt(total / N + eps)
     if X.dtype.element_ty == tl.float16 or X.dtype.element_ty == tl.bfloat16:
-        y = _widen_by_bits(x16) * rstd  # the cast's values, from the bits
+        if WIDEN_CVT:
+            y = _widen_exact(x16) * rstd  # the cast's values: fp16 by cvt, bf16 from the bits
+        else:
+            y = _widen_by_bits(x16) * rstd  # the cast's values, from the bits
     else:
         y = x16.to(ACC) * rstd
     if LLAMA:

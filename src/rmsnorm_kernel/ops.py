@@ -378,7 +378,7 @@ def launch_forward(
             (x2, r, w, y, h if has_r else y, rs, part, sx, sr, sw, n),
             floats,
             (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store)
-            + (n == c * block,),
+            + (n == c * block, not config.maxnreg),
             config.num_warps,
             1,
             index,

@@ -224,7 +224,8 @@ def test_wide_rows_take_a_cluster_where_cluster_forward_has_a_plan(h200, monkeyp
     assert fwd(3, 98303, BF16).cluster == 0  # under 192 KiB a row
     f16_plan = config.ForwardConfig(16384, 0, 8, cluster=8, maxnreg=64)  # the register cap
     assert fwd(512, 131072, f16) == f16_plan
-    assert fwd(256, 262144, f16).split == 16  # fp16: no wider plan measured
+    # fp16's 2nd plan, uncapped (the kernel then widens fp16 by cvt: H100 113.8 vs 123.0 split)
+    assert fwd(256, 262144, f16) == config.ForwardConfig(65536, 0, 32, cluster=4)
     res = fwd(512, 131072, BF16, residual=True)
     assert res == config.ForwardConfig(32768, 0, 32, cluster=4)
     assert fwd(512, 131072, f16, residual=True).split == 8  # not measured: the split rule
