@@ -198,17 +198,6 @@ def heuristic(x, residual):
     return ops._heuristic_forward(x, residual, m, n, x.device.index, torch.float32)
 
 
-def rules_without_cluster(x, residual):
-    """What the heuristic takes for these rows without a CLUSTER_FORWARD plan (x's dtype not
-    passed: ``config.forward_config``'s "no cluster plan"), to time a cluster plan against."""
-    m, n = x.shape
-    packable = x.dtype if x.element_size() == 2 and residual is None else None
-    row_bytes = 0 if residual is not None else n * x.element_size()
-    return config.forward_config(
-        m, n, x.device.index, False, packable, row_bytes, x.element_size(), residual is not None
-    )
-
-
 def run(x, w, res, cfg):
     return ops.launch_forward(x, w, res, 1e-6, 0.0, x.dtype, config=cfg)
 
@@ -282,7 +271,9 @@ def main():
         want = want * w.double()
         cands = {"heuristic": base}
         if args.pkg_cluster and base.cluster:
-            cands["rules, no cluster plan"] = rules_without_cluster(x, res)
+            cands["rules, no cluster plan"] = ops._heuristic_forward(
+                x, res, m, n, x.device.index, torch.float32, cluster_plans=False
+            )
         for block, warps in [] if args.quick else GRID[x.element_size()]:
             c = -(-n // block)
             if c > sms:

@@ -263,8 +263,9 @@ def _evict(config: ForwardConfig) -> str:
     return "evict_last" if config.evict_last else ""
 
 
-def _heuristic_forward(x2, residual2, m, n, index, acc) -> ForwardConfig:
-    """The heuristic's forward config for these rows (:func:`config.forward_config`)."""
+def _heuristic_forward(x2, residual2, m, n, index, acc, cluster_plans=True) -> ForwardConfig:
+    """The heuristic's forward config for these rows (:func:`config.forward_config`);
+    ``cluster_plans=False``: what it takes without a CLUSTER_FORWARD plan (for tuning scripts)."""
     # packed rows: 16-bit and no residual (x + residual and the 16-bit row spill there)
     packable = x2.dtype if x2.element_size() == 2 and residual2 is None else None
     has_residual = residual2 is not None
@@ -278,7 +279,7 @@ def _heuristic_forward(x2, residual2, m, n, index, acc) -> ForwardConfig:
         row_bytes,
         x2.element_size(),
         has_residual,
-        x2.dtype,
+        x2.dtype if cluster_plans else None,
     )
 
 
