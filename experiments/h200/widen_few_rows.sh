@@ -3,10 +3,10 @@
 # tests, the float16 widening A/B (widen_ab.py: the package as it is, cvt.f32.f16, against a copy
 # of src/ with kernels.FP16_WIDEN_CVT off, alternating processes), the few-rows forward rule
 # with x rotated (tune.py part fwdhint, FEW_ROWS_FORWARD's shapes; the heuristic is the 32-warp
-# unhinted config there; 8 warps hinted the rule it replaced) and the cluster forward's fp16
-# widening and register cap (split_tune.py --pkg-cluster, the package against a copy whose
-# cluster forward widens by cvt). Writes $OUT/summary.txt, pytest.log, widen.txt, fwdhint.log,
-# cap_pkg_{bits,cvt}.txt and their JSON.
+# unhinted config there; 8 warps hinted the rule it replaced) and the cluster forward's plans
+# (split_tune.py --pkg-cluster on the package; until the fifty-seventh session it also timed a
+# copy widening fp16 by cvt, which the package now does where uncapped). Writes
+# $OUT/summary.txt, pytest.log, widen.txt, fwdhint.log, cap_pkg.txt and their JSON.
 #   [PARTS=...] bash experiments/h200/widen_few_rows.sh "$OUT"
 # PARTS: a comma list of tests, widen, fwdhint, cluster; timing = widen,fwdhint,cluster (default:
 # all four, in that order).
@@ -21,7 +21,8 @@ if [[ $parts == *tests* ]]; then
   t0=$SECONDS
   HYPOTHESIS_PROFILE=gpu PYTHONPATH=$PWD/src timeout 200 python3 -m pytest -q -p no:cacheprovider \
     -n 8 -rfE tests/kernel/test_forward_variants.py tests/kernel/test_config.py \
-    tests/kernel/test_cluster_backward.py tests/kernel/test_backend.py > "$out/pytest.log" 2>&1
+    tests/kernel/test_cluster_backward.py tests/kernel/test_cluster_forward.py \
+    tests/kernel/test_backend.py > "$out/pytest.log" 2>&1
   echo "pytest rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
   tail -1 "$out/pytest.log" | tee -a "$out/summary.txt"
 fi
@@ -47,18 +48,11 @@ if [[ $parts == *fwdhint* ]]; then
   echo "fwdhint rc=$? wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
 fi
 [[ $parts == *cluster* ]] || exit 0
-# The cluster forward: the package (fp16 from its bits) and a copy whose cluster forward widens
-# fp16 by cvt.f32.f16 (_widen_exact at its output), each with its plans and the uncapped ones.
-rm -rf /tmp/srcfwdcvt && cp -r src /tmp/srcfwdcvt
-sed -i 's/y = _widen_by_bits(x16) \* rstd  # the cast/y = _widen_exact(x16) * rstd  # the cast/' \
-  /tmp/srcfwdcvt/rmsnorm_kernel/kernels.py
-grep -c "y = _widen_exact(x16) \* rstd" /tmp/srcfwdcvt/rmsnorm_kernel/kernels.py || exit 1
-for v in bits cvt; do
-  t0=$SECONDS
-  case $v in bits) S=$PWD/src;; cvt) S=/tmp/srcfwdcvt;; esac
-  PYTHONPATH=/tmp/site:$S:$PWD/experiments/kernel_perf timeout 80 python3 \
-    experiments/kernel_perf/split_tune.py --quick --pkg-cluster --rounds 3 --rep 15 \
-    --shapes 512x131072,256x262144 --json "$out/cap_pkg_$v.json" 2>&1 | grep -v -i warn \
-    > "$out/cap_pkg_$v.txt"
-  echo "cluster forward $v wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
-done
+# The cluster forward as the package has it since the fifty-seventh session (fp16 widened by
+# cvt.f32.f16 where uncapped, from its bits under the register cap), with each shape's plans,
+# the uncapped ones and, where the heuristic takes a cluster plan, the rules without it.
+t0=$SECONDS
+timeout 80 python3 experiments/kernel_perf/split_tune.py --quick --pkg-cluster --rounds 3 \
+  --rep 15 --shapes 512x131072,256x262144 --json "$out/cap_pkg.json" 2>&1 | grep -v -i warn \
+  > "$out/cap_pkg.txt"
+echo "cluster forward wall=$((SECONDS - t0))s" | tee -a "$out/summary.txt"
