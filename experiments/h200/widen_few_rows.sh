@@ -29,8 +29,8 @@ fi
 if [[ $parts == *widen* ]]; then
   rm -rf /tmp/srcbits && cp -r src /tmp/srcbits
   sed -i 's/^FP16_WIDEN_CVT = tl.constexpr(.*)$/FP16_WIDEN_CVT = tl.constexpr(False)/' \
-    /tmp/srcbits/rmsnorm_kernel/kernels.py
-  grep -c "^FP16_WIDEN_CVT = tl.constexpr(False)" /tmp/srcbits/rmsnorm_kernel/kernels.py || exit 1
+    /tmp/srcbits/rmsnorm_kernel/kernels/common.py
+  grep -c "^FP16_WIDEN_CVT = tl.constexpr(False)" /tmp/srcbits/rmsnorm_kernel/kernels/common.py || exit 1
   t0=$SECONDS
   for v in cvt bits cvt2 bits2; do
     case $v in cvt*) S=$PWD/src;; bits*) S=/tmp/srcbits;; esac

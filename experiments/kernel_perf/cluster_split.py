@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from rmsnorm_kernel import kernels
+from rmsnorm_kernel.kernels import common
 
 #: Every thread of the CTA arrives (release) and waits (acquire) at the cluster's barrier.
 _CLUSTER_BARRIER = tl.constexpr(
@@ -117,7 +117,7 @@ def _scaled(
     if X.dtype.element_ty == tl.float32:
         y = x16 * rstd
     else:
-        y = kernels._widen_by_bits(x16) * rstd
+        y = common._widen_by_bits(x16) * rstd
     return y, rstd
 
 

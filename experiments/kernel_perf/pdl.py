@@ -4,7 +4,7 @@ dweight sum launch's cost.
 Question: how much of the backward's time at large M is the second launch (the dweight sum,
 ``kernels.dweight_sum_kernel``) and the gap before it, and does PDL (Hopper: a kernel launched
 with ``launch_pdl`` may start while the grid before it drains, and waits in
-``kernels._pdl_prologue`` before touching memory) take that gap away, between the backward's
+``kernels.common._pdl_prologue`` before touching memory) take that gap away, between the backward's
 launches and between the forward and the backward?
 
 Variants, graph replay (``triton.testing.do_bench_cudagraph``, kernel time only), µs, bf16,

@@ -133,11 +133,12 @@ WALK = {
     4: [(16384, 16, 1, False), (16384, 16, 2, False), (16384, 16, 1, True)],
 }  # fmt: skip
 
-#: Variants of the package's split kernel, made by replacing text in a copy of kernels.py (each
-#: old string must occur once: a kernel that changed fails loudly), for A/B in one process:
-#: ``carry``: the counter read two steps ahead is rounded to its target at the wait, not at the
-#: load (its value then first used two steps later); ``cg``: that read an L2 (device-scope)
-#: load instead of ``volatile`` (system scope, LDG.E.64.STRONG.SYS in SASS); ``carry_cg``: both.
+#: Variants of the package's split kernel, made by replacing text in a copy of
+#: kernels/forward_split.py (each old string must occur once: a kernel that changed fails loudly),
+#: for A/B in one process: ``carry``: the counter read two steps ahead is rounded to its target at
+#: the wait, not at the load (its value then first used two steps later); ``cg``: that read an L2
+#: (device-scope) load instead of ``volatile`` (system scope, LDG.E.64.STRONG.SYS in SASS);
+#: ``carry_cg``: both.
 _CARRY = [
     ("    return x, res, seen - seen % C + C", "    return x, res, seen"),
     (
@@ -156,15 +157,18 @@ VARIANTS = {"carry": _CARRY, "cg": _CG, "carry_cg": _CARRY + _CG}
 
 
 def variant_kernel(name):
-    """The split kernel of VARIANTS[name], compiled from a patched copy of kernels.py imported
-    as a module of the package (its relative imports resolve), in a cooperative CachedKernel."""
+    """The split kernel of VARIANTS[name], compiled from a patched copy of kernels/forward_split.py
+    imported as a module of the package (its relative imports resolve), in a cooperative
+    CachedKernel."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loaded by path in tests
     from patched import load_patched
 
-    from rmsnorm_kernel import kernels
+    from rmsnorm_kernel.kernels import forward_split
     from rmsnorm_kernel.launch import CachedKernel
 
-    module = load_patched(kernels.__file__, VARIANTS[name], f"rmsnorm_kernel.kernels_{name}")
+    module = load_patched(
+        forward_split.__file__, VARIANTS[name], f"rmsnorm_kernel.kernels.split_{name}"
+    )
     return CachedKernel(module.rmsnorm_forward_split_kernel, cooperative=True)
 
 

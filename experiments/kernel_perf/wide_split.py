@@ -18,11 +18,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from rmsnorm_kernel import kernels
+from rmsnorm_kernel.kernels import common, forward_split
 
 #: Diagnostics of the wait's cost (split_tune.py --wide-sync): "all" every thread spins
-#: (kernels._SPLIT_SPIN, the package's staged kernel's way); "lane0" one lane a warp spins, then
-#: bar.warp.sync (which orders memory among the warp's threads) before the partials' loads, 32x
+#: (forward_split._SPLIT_SPIN, the package's staged kernel's way); "lane0" one lane a warp spins,
+#: then bar.warp.sync (which orders memory among the warp's threads) before the partials' loads, 32x
 #: fewer acquire loads on the counter's L2 line; "none" no wait at all (rstd from this chunk alone:
 #: wrong values, reported by the error column, timed for the bound).
 SYNCS = ("all", "lane0", "none")
@@ -91,7 +91,7 @@ def wide_split_kernel(
         seen = tl.atomic_add(COUNT + row, 1, sem="release", scope="gpu")
         target = seen - seen % C + C
         if SYNC == "all" or not SPIN_ASM:
-            parts = kernels._split_parts(PART, COUNT, row, target, C, C_POW2, ACC, SPIN_ASM)
+            parts = forward_split._split_parts(PART, COUNT, row, target, C, C_POW2, ACC, SPIN_ASM)
         elif SYNC == "lane0":
             tl.inline_asm_elementwise(
                 _LANE0_SPIN, "=l,l,l", [(COUNT + row).to(tl.int64, bitcast=True), target],
@@ -100,7 +100,12 @@ def wide_split_kernel(
             k = tl.arange(0, C_POW2)
             addr = (PART + row * C_POW2 + k).to(tl.int64, bitcast=True)
             parts = tl.inline_asm_elementwise(
-                kernels._SPLIT_LOAD_PART32, "=r,l", [addr], dtype=tl.float32, is_pure=False, pack=1
+                forward_split._SPLIT_LOAD_PART32,
+                "=r,l",
+                [addr],
+                dtype=tl.float32,
+                is_pure=False,
+                pack=1,
             )
             parts = tl.where(k < C, parts, 0.0)
         else:  # "none": no wait, this chunk's sum alone (wrong values: timing only)
@@ -109,7 +114,7 @@ def wide_split_kernel(
         if X.dtype.element_ty == tl.float32:
             y = x16 * rstd
         else:
-            y = kernels._widen_by_bits(x16) * rstd
+            y = common._widen_by_bits(x16) * rstd
         if HAS_WEIGHT:
             w = tl.load(W + cols * stride_w + row * stride_res, mask=mask, other=0.0)
             y = y * w.to(ACC)
@@ -208,7 +213,7 @@ def word_split_kernel(
         if X.dtype.element_ty == tl.float32:
             y = x16 * rstd
         else:
-            y = kernels._widen_by_bits(x16) * rstd
+            y = common._widen_by_bits(x16) * rstd
         w = tl.load(W + cols * stride_w + row * w_row, mask=mask, other=0.0)  # w_row: 0
         tl.store(Y + row * N + cols, (y * w.to(tl.float32)).to(Y.dtype.element_ty), mask=mask)
         tl.store(RSTD + row, rstd, mask=chunk == 0)

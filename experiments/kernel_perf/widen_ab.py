@@ -1,5 +1,5 @@
 """fp16 widening A/B: the heuristic's fp16 kernels that widen 16-bit values from their bits
-(``kernels._widen_by_bits``: the packed one-row forward, the cluster backward), timed under
+(``kernels.common._widen_by_bits``: the packed one-row forward, the cluster backward), timed under
 CUDA-graph replay, with bf16 beside them (its widening is one shift). Run it once per variant of
 the widening (a separate process each: the choice is a constexpr fixed at import) and compare
 the printed times; the printed checksums of y, dx and dweight must agree between variants (the

@@ -952,7 +952,7 @@ MAX_CLUSTER = 8
 #:   lose (117.8, 112.3). bf16's same plan gains 1.2% under 64 (72 uncapped): left uncapped.
 #:   Not yet timed on an H200 (the same 64K registers an SM).
 #: fp16 65536 at 32 warps: the uncapped cluster kernel widens fp16 by cvt.f32.f16
-#:   (kernels._widen_exact); on an H100 (57th session, widen_few_rows.sh PARTS=cluster, 3
+#:   (kernels.common._widen_exact); on an H100 (57th session, widen_few_rows.sh PARTS=cluster, 3
 #:   rounds) 256 x 262144 113.8 us against 123.0 for the split-row kernel the rules gave, and
 #:   132.2 with the bits (why it lost on the H200 in the 41st session: 111.3 vs 109.4, bits).
 #:   Not yet timed on an H200 with the conversion.
@@ -1030,10 +1030,10 @@ def hopper(device_index: int) -> bool:
 
 #: Programmatic dependent launch (PDL) for the backward's dweight sum launch where the GPU has it
 #: (Hopper and newer: ``griddepcontrol`` is sm_90+): the sum launch may start while the row kernel
-#: before it drains (the row kernel lets it, ``kernels._pdl_prologue``), and waits at its start
-#: until that kernel has finished and its writes are visible. Graph replay, H200, backward alone
-#: (experiments/kernel_perf/pdl.py, twenty-third session; the row kernel launched with PDL too):
-#: 16384 x 4096 bf16 110.3-110.9 us against 111.7-111.9, 65536 x 1024 111.3-112.1 against
+#: before it drains (the row kernel lets it, ``kernels.common._pdl_prologue``), and waits at its
+#: start until that kernel has finished and its writes are visible. Graph replay, H200, backward
+#: alone (experiments/kernel_perf/pdl.py, twenty-third session; the row kernel launched with PDL
+#: too): 16384 x 4096 bf16 110.3-110.9 us against 111.7-111.9, 65536 x 1024 111.3-112.1 against
 #: 112.3-113.2, 8192 x 4096 60.3-60.4 against 61.3-61.5, 16384 x 2048 60.9 against 62.4-62.6,
 #: 4096 x 4096 33.8 against 34.6-34.7, the same bits. Not for the row kernels after the forward:
 #: launched with PDL after a forward (also with PDL) forward + backward took 212 us against 178 at

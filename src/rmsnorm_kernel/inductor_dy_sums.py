@@ -9,8 +9,8 @@ the kernel reads the parts and forms dy itself.
 
 Exact: Inductor's fused add computes ``(a + b) + c`` in float32 (float64 for float64) and
 rounds once to dy's dtype; the kernel does the same sum in the same order and rounds once the
-same way (``kernels._dy_sum``). That holds only where each part is a value stored in its dtype
-anyway, whatever this rewrite does: so the parts must be GEMM outputs (``mm``, ``addmm``,
+same way (``kernels.backward_parts._dy_sum``). That holds only where each part is a value stored in
+its dtype anyway, whatever this rewrite does: so the parts must be GEMM outputs (``mm``, ``addmm``,
 ``bmm``, ``baddbmm``), through reshapes, or graph inputs; a pointwise part would have been fused
 into the add unrounded. Under autocast the parts are bfloat16 GEMM outputs each widened to
 float32 before a float32 sum: the kernel reads the bfloat16 values and rounds the sum to float32

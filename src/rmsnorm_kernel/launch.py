@@ -219,7 +219,7 @@ class CachedKernel:
     """``launch(grid, args, floats, consts, num_warps, num_stages, device_index, num_ctas=1,
     pdl=False)`` for one kernel (``num_ctas > 1``: each program is a thread-block cluster of that
     many CTAs; ``pdl``: launched with programmatic dependent launch, compiled kernels on Hopper or
-    newer only, and the kernel must wait at its start: ``kernels._pdl_prologue``).
+    newer only, and the kernel must wait at its start: ``kernels.common._pdl_prologue``).
 
     The kernel's parameters must come in this order: tensors and ints (``args``, specialised),
     floats (``floats``, never specialised by Triton), then constexprs (``consts``, a hashable

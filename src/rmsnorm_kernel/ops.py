@@ -121,7 +121,7 @@ def _device_index(t: torch.Tensor) -> int | None:
 
 #: Counter buffers kept between launches, per (device, stream, what): ``"tree"`` for the dweight
 #: tree (its kernel leaves them at zero), a split for the split-row forward's arrivals (each
-#: launch adds exactly ``split`` to each row it walks, see kernels._split_load).
+#: launch adds exactly ``split`` to each row it walks, see kernels.forward_split._split_load).
 _COUNTERS: dict[tuple[int, int, object], torch.Tensor] = {}
 
 
@@ -396,7 +396,7 @@ def launch_forward(
         args = (x2, r, w, y, h if has_r else y, rs, part, count, sx, sr, sw, m, n)
         consts = (has_w, has_r, llama, _TL_DTYPES[acc], block, c, c_pow2, offset != 0.0, store)
         kernel = FORWARD_SPLIT
-        if config.stages > 1:  # compiled: the wait in asm (see kernels._split_parts)
+        if config.stages > 1:  # compiled: the wait in asm (see kernels.forward_split._split_parts)
             kernel, consts = FORWARD_SPLIT_STAGED, (*consts, config.stages, index is not None)
         if _launch_split(kernel, grid, c, args, floats, consts, config.num_warps, index):
             return y, h, rstd
@@ -598,7 +598,7 @@ def launch_backward(
     else:
         dh, sdh = dy2, 0
     dx2 = dx if dx2_out is None else dx2_out
-    # The constexprs every backward kernel starts with (kernels.py: HAS_WEIGHT ... BLOCK).
+    # The constexprs every backward kernel starts with (kernels/: HAS_WEIGHT ... BLOCK).
     flags = (has_w, dh2 is not None, parts, sum_dtype, dx2_out is not None, llama)
     flags += (_TL_DTYPES[acc], _TL_DTYPES[dw_acc], block)
     if config.cluster:

@@ -1,8 +1,8 @@
 """``experiments/kernel_perf/split_tune.py``'s variants of the split-row forward kernel (text
-replaced in a copy of kernels.py, for A/B on a GPU): each still applies to the package's current
-kernel (a replaced string that no longer occurs fails here, not on the device), and computes the
-same function as the package's kernel against float64. On the CPU one program a row (the
-interpreter); on a GPU 8 programs a row, the same bits as the package's kernel (the variants
+replaced in a copy of kernels/forward_split.py, for A/B on a GPU): each still applies to the
+package's current kernel (a replaced string that no longer occurs fails here, not on the device),
+and computes the same function as the package's kernel against float64. On the CPU one program a row
+(the interpreter); on a GPU 8 programs a row, the same bits as the package's kernel (the variants
 change when the counter's target is computed and how it is loaded, never the sums)."""
 
 from __future__ import annotations
